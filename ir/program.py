@@ -1,0 +1,94 @@
+"""The scheduled IR: a Graph plus the decisions of later passes, each a plain data object.
+
+A `Kernel` is a convex group of nodes that runs as one unit; the `Program` lists kernels in
+execution order. Tensors are the values that cross kernel boundaries (plus graph inputs,
+params and outputs): they are what memory planning and placement move around.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .graph import Graph, Node, Value
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A fused group of nodes, in a valid order, run as one unit.
+
+    `tiles` maps loop names to tile sizes once the tiling pass has run (empty before).
+    """
+
+    name: str
+    nodes: tuple[Node, ...]
+    tiles: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def node_set(self) -> frozenset[Node]:
+        return frozenset(self.nodes)
+
+    @property
+    def inputs(self) -> tuple[Value, ...]:
+        """Values read by the kernel but defined outside it, in first-use order."""
+        inside = self.node_set
+        seen: dict[Value, None] = {}
+        for node in self.nodes:
+            for value in node.inputs:
+                if value.producer not in inside:
+                    seen[value] = None
+        return tuple(seen)
+
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        """Values defined in the kernel and read outside it (or returned by the graph)."""
+        inside = self.node_set
+        graph_outputs = set(self.nodes[0].graph.outputs) if self.nodes else set()
+        return tuple(v for node in self.nodes for v in node.results
+                     if v in graph_outputs or any(u not in inside for u in v.users))
+
+    @property
+    def flops(self) -> int:
+        return sum(node.flops() for node in self.nodes)
+
+    @property
+    def io_bytes(self) -> int:
+        """Bytes the kernel reads and writes off-chip when its intermediates stay inside."""
+        return sum(v.type.nbytes for v in self.inputs) + sum(v.type.nbytes for v in self.outputs)
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name}: {', '.join(n.op for n in self.nodes)}>"
+
+
+@dataclass(frozen=True)
+class Program:
+    """A Graph with its kernels in execution order, and the plans later passes attach.
+
+    `memory_plan` and `placement` are filled by the memplan and place passes; `notes` holds
+    per-pass facts that belong in a report (statistics, fusion decisions).
+    """
+
+    graph: Graph
+    kernels: tuple[Kernel, ...]
+    memory_plan: Any = None
+    placement: Any = None
+    notes: dict = field(default_factory=dict, compare=False)
+
+    @staticmethod
+    def unfused(graph: Graph) -> Program:
+        """One kernel per node, in graph order: the starting point before fusion."""
+        return Program(graph, tuple(Kernel(f"k{i}", (node,)) for i, node in enumerate(graph.nodes)))
+
+    def with_kernels(self, kernels: Sequence[Kernel]) -> Program:
+        return replace(self, kernels=tuple(kernels))
+
+    def tensors(self) -> list[Value]:
+        """Every value that lives outside a kernel: inputs, params, kernel outputs."""
+        values: dict[Value, None] = dict.fromkeys(self.graph.inputs)
+        values.update(dict.fromkeys(self.graph.params))
+        for kernel in self.kernels:
+            values.update(dict.fromkeys(kernel.outputs))
+        return list(values)
+
+    def kernel_of(self) -> dict[Node, Kernel]:
+        return {node: kernel for kernel in self.kernels for node in kernel.nodes}
