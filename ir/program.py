@@ -64,14 +64,16 @@ class Kernel:
 class Program:
     """A Graph with its kernels in execution order, and the plans later passes attach.
 
-    `memory_plan` and `placement` are filled by the memplan and place passes; `notes` holds
-    per-pass facts that belong in a report (statistics, fusion decisions).
+    `memory_plan` and `placement` are filled by the memplan and place passes; `properties` names
+    what passes have established ("canonical", "fused", "tiled", ...); `notes` holds per-pass facts
+    that belong in a report (statistics, fusion decisions).
     """
 
     graph: Graph
     kernels: tuple[Kernel, ...]
     memory_plan: Any = None
     placement: Any = None
+    properties: frozenset[str] = frozenset()
     notes: dict = field(default_factory=dict, compare=False)
 
     @staticmethod
