@@ -1,0 +1,3 @@
+from tilegraph.cli import main
+
+main()

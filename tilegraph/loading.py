@@ -1,0 +1,55 @@
+"""Read models and run-time data from files: `.tg` (DSL) and `.tgir` (IR text), `.npz` arrays."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tilegraph.ir import Graph, InputError, TilegraphError
+
+SOURCE_SUFFIXES = (".tg", ".tgir")
+
+
+def load_graph(path: str | Path, entry: str | None = None) -> Graph:
+    """Parse a model file, choosing the parser by extension."""
+    path = Path(path)
+    if path.suffix not in SOURCE_SUFFIXES:
+        raise TilegraphError(f"{path}: unknown file type {path.suffix or '(none)'}; "
+                             f"expected one of {', '.join(SOURCE_SUFFIXES)}")
+    text = read_text(path)
+    if path.suffix == ".tg":
+        from tilegraph.frontends.dsl import parse
+
+        return parse(text, filename=str(path), entry=entry)
+    if entry is not None:
+        raise TilegraphError(f"{path}: --entry applies to .tg files only")
+    from tilegraph.ir.text import parse_graph
+
+    return parse_graph(text, filename=str(path))
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TilegraphError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TilegraphError(f"{path}: is a directory, not a model file") from None
+    except UnicodeDecodeError as e:
+        raise TilegraphError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise TilegraphError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def load_npz(path: str | Path, role: str) -> dict[str, np.ndarray]:
+    """Arrays by name from an .npz file, never unpickling objects."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise InputError(f"{role} file {path}: no such file") from None
+    except ValueError as e:
+        raise InputError(f"{role} file {path}: cannot load ({e})") from None
+    except (OSError, EOFError) as e:
+        raise InputError(f"{role} file {path}: not a valid .npz archive ({e})") from None
