@@ -27,7 +27,7 @@ class SourceLocation:
 
 def location_in(source: str, file: str, line: int, column: int, end_column: int | None = None) -> SourceLocation:
     """A SourceLocation carrying the text of `line` from `source`."""
-    lines = source.splitlines()
+    lines = source.split("\n")  # only \n ends a line, as for the parsers' line counts
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     return SourceLocation(file, line, column, text, end_column)
 

@@ -115,9 +115,6 @@ class Node:
         return f"<Node {outs} = {self.op}({ins})>"
 
 
-_NAME_OK = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*|[0-9]+")
-
-
 def sanitize_name(hint: str) -> str:
     """A printable value name from any hint: runs of unsafe characters become one underscore."""
     cleaned = re.sub(r"[^A-Za-z0-9_.]+", "_", hint).strip("_.") or "v"
@@ -276,6 +273,16 @@ class Graph:
             raise ValueError(f"cannot remove param %{value.name}: still used")
         self.params.remove(value)
         self._names.discard(value.name)
+
+    def rename_value(self, value: Value, name: str) -> None:
+        """Give `value` a new name, which must be canonical (see `sanitize_name`) and free."""
+        if value.name == name:
+            return
+        if sanitize_name(name) != name or name in self._names:
+            raise ValueError(f"cannot rename %{value.name} to %{name}: name is taken or not canonical")
+        self._names.discard(value.name)
+        self._names.add(name)
+        value.name = name
 
     def move_before(self, node: Node, anchor: Node) -> None:
         self._nodes.pop(self._index(node))
