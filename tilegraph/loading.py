@@ -1,6 +1,7 @@
 """Read models and run-time data from files: `.tg` (DSL) and `.tgir` (IR text), `.npz` arrays."""
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,8 @@ def read_text(path: Path) -> str:
 def load_npz(path: str | Path, role: str) -> dict[str, np.ndarray]:
     """Arrays by name from an .npz file, never unpickling objects."""
     path = Path(path)
+    if path.is_file() and not zipfile.is_zipfile(path):
+        raise InputError(f"{role} file {path}: not a valid .npz archive (save one with numpy.savez)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
