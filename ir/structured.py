@@ -297,12 +297,19 @@ def run_loops(space: IterationSpace, inputs: Sequence[np.ndarray], out_shapes: S
             elif amap.pad is None:
                 raise IndexError(f"map {amap} reads {index} outside shape {array.shape} at loop point {point}")
             else:
-                args.append(array.dtype.type(amap.pad))
+                args.append(array.dtype.type(_pad_value(amap.pad, array.dtype)))
         for out, amap, body, init, dtype in zip(outs, space.outputs, space.body, space.init, out_dtypes):
             index = amap.apply(point)
             acc = out[index] if init is not None else None
             out[index] = evaluate_scalar(body, args, acc, dtype, point)
     return [to_dtype(o, d) for o, d in zip(outs, out_dtypes)]
+
+
+def _pad_value(pad: float, dtype: np.dtype):
+    """An infinite pad in an integer or bool tensor reads as that type's extreme (as `init` does)."""
+    if math.isinf(pad) and np.dtype(dtype).kind in "iub":
+        return _init_value(pad, DType.from_numpy(dtype))
+    return pad
 
 
 def _init_value(init: float, dtype: DType):

@@ -7,9 +7,8 @@ import numpy as np
 from scipy import special
 
 from ..structured import PARALLEL, AffineExpr, AffineMap, Arg, Cast, Const, Index, IterationSpace, call
-from ..types import normalize_axis
 from ..types import DType, TensorType, broadcast_shapes
-from .registry import ELEMENTWISE, SOURCE, AttrSpec, OpDef, register, same_dtype
+from .registry import ELEMENTWISE, SOURCE, AttrSpec, OpDef, axis_of, register, same_dtype
 
 
 def broadcast_map(operand: tuple[int, ...], result: tuple[int, ...]) -> AffineMap:
@@ -42,11 +41,13 @@ def _broadcast(in_types) -> tuple[int, ...]:
         raise ValueError(f"{e}: {shown}") from None
 
 
-def _unary(name: str, body, reference, doc: str, float_only: bool = True, attrs=()) -> None:
+def _unary(name: str, body, reference, doc: str, float_only: bool = True, attrs=(), bool_ok: bool = True) -> None:
     def infer(in_types, attrs):
         (x,) = in_types
         if float_only and not x.dtype.is_float:
             raise ValueError(f"needs a floating-point operand, got {x.compact()}")
+        if not bool_ok and x.dtype is DType.bool:
+            raise ValueError(f"needs a numeric operand, got {x.compact()}")
         return x
 
     register(OpDef(
@@ -60,7 +61,7 @@ def _unary(name: str, body, reference, doc: str, float_only: bool = True, attrs=
 x = Arg(0)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
-_unary("neg", call("neg", x), lambda a, _: -a, "-x", float_only=False)
+_unary("neg", call("neg", x), lambda a, _: -a, "-x", float_only=False, bool_ok=False)  # numpy has no bool negative
 _unary("abs", call("abs", x), lambda a, _: np.abs(a), "|x|", float_only=False)
 _unary("exp", call("exp", x), lambda a, _: np.exp(a), "e**x")
 _unary("log", call("log", x), lambda a, _: np.log(a), "natural logarithm")
@@ -106,9 +107,11 @@ register(OpDef(
 ))
 
 
-def _binary(name: str, fn: str, reference, doc: str, compare: bool = False) -> None:
+def _binary(name: str, fn: str, reference, doc: str, compare: bool = False, bool_ok: bool = True) -> None:
     def infer(in_types, attrs):
         dtype = same_dtype(in_types)
+        if not bool_ok and dtype is DType.bool:
+            raise ValueError(f"needs numeric operands, got {', '.join(t.compact() for t in in_types)}")
         return TensorType(_broadcast(in_types), DType.bool if compare else dtype)
 
     register(OpDef(
@@ -119,7 +122,7 @@ def _binary(name: str, fn: str, reference, doc: str, compare: bool = False) -> N
 
 
 _binary("add", "add", np.add, "x + y")
-_binary("sub", "sub", np.subtract, "x - y")
+_binary("sub", "sub", np.subtract, "x - y", bool_ok=False)  # numpy has no bool subtract
 _binary("mul", "mul", np.multiply, "x * y")
 _binary("div", "div", lambda a, b: np.true_divide(a, b), "x / y")
 _binary("pow", "pow", lambda a, b: np.power(a.astype(np.float64), b) if a.dtype.kind == "f" else np.power(a, b),
@@ -173,12 +176,12 @@ register(OpDef(
 
 
 def _iota_normalize(in_types, attrs):
-    attrs["axis"] = normalize_axis(attrs["axis"], len(attrs["shape"]))
+    attrs["axis"] = axis_of(attrs["axis"], len(attrs["shape"]))
     return attrs
 
 
 def _iota_reference(arrays, attrs, result):
-    positions = np.arange(result.shape[attrs["axis"]], dtype=result.dtype.numpy)
+    positions = np.arange(result.shape[attrs["axis"]]).astype(result.dtype.numpy)  # bool: 0 is False
     view = [1] * result.rank
     view[attrs["axis"]] = -1
     return np.broadcast_to(positions.reshape(view), result.shape)

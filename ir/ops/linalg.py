@@ -143,6 +143,14 @@ register(OpDef(
 
 
 # ----- pooling --------------------------------------------------------------------------------
+def lowest(dtype: np.dtype):
+    """The padding value max pooling ignores: -inf, or the smallest integer, or False."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min
+    return False if dtype == np.bool_ else -np.inf
+
+
 POOL_ATTRS = (AttrSpec("kernel", "pair"), AttrSpec("stride", "pair", None), AttrSpec("padding", "pair", (0, 0)))
 
 
@@ -152,8 +160,10 @@ def _pool_normalize(in_types, attrs):
     return attrs
 
 
-def _pool_infer(in_types, attrs):
+def _pool_infer(in_types, attrs, float_only=False):
     (x,) = in_types
+    if float_only and not x.dtype.is_float:
+        raise ValueError(f"needs a floating-point operand, got {x.compact()}")
     if x.rank != 4:
         raise ValueError(f"needs an [N,C,H,W] input, got {x.compact()}")
     (kh, kw), (sh, sw), (ph, pw) = attrs["kernel"], attrs["stride"], attrs["padding"]
@@ -185,7 +195,7 @@ register(OpDef(
     normalize_fn=_pool_normalize, infer_fn=_pool_infer,
     space_fn=lambda ins, attrs, r: pool_space(ins, attrs, r, call("max", Acc(), Arg(0)), -math.inf, -math.inf),
     reference_fn=lambda a, attrs, r: _windows(a[0], attrs["kernel"], attrs["stride"], attrs["padding"], (1, 1),
-                                              -np.inf).max(axis=(4, 5)),
+                                              lowest(a[0].dtype)).max(axis=(4, 5)),
 ))
 
 
@@ -196,7 +206,7 @@ def _avg_update(attrs):
 register(OpDef(
     name="avg_pool2d", category=WINDOW, arity=(1, 1), attrs=POOL_ATTRS,
     doc="mean over KHxKW windows; padding counts as zeros (count_include_pad)",
-    normalize_fn=_pool_normalize, infer_fn=_pool_infer,
+    normalize_fn=_pool_normalize, infer_fn=lambda ins, attrs: _pool_infer(ins, attrs, float_only=True),
     space_fn=lambda ins, attrs, r: pool_space(ins, attrs, r, _avg_update(attrs), 0.0, 0.0),
     reference_fn=lambda a, attrs, r: _windows(a[0], attrs["kernel"], attrs["stride"], attrs["padding"], (1, 1),
                                               0).mean(axis=(4, 5), dtype=np.float64),

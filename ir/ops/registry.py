@@ -88,7 +88,7 @@ class AttrSpec:
                 raise bad("a string")
         if self.choices is not None and value not in self.choices:
             options = ", ".join(map(str, self.choices))
-            raise ShapeError(f"{self.name}={value!r} is not valid for {op}; expected one of {options}")
+            raise ShapeError(f"{op}: attribute {self.name}={value!r} is not valid; expected one of {options}")
         return value
 
 
@@ -130,7 +130,8 @@ class OpDef:
         lo, hi = self.arity
         if not lo <= count <= hi:
             expected = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise ShapeError(f"{self.name}: takes {expected} operands, got {count}")
+            noun = "operand" if hi == 1 else "operands"
+            raise ShapeError(f"{self.name}: takes {expected} {noun}, got {count}")
 
     def normalize_attrs(self, in_types: Sequence[TensorType], attrs: dict[str, Any]) -> dict[str, Any]:
         """Check names and kinds, fill defaults, and put values in canonical form."""
@@ -235,11 +236,18 @@ def same_dtype(op_inputs: Sequence[TensorType], what: str = "operands") -> DType
     return op_inputs[0].dtype
 
 
+def axis_of(axis: int, rank: int) -> int:
+    """normalize_axis for an op that indexes a real axis: a rank-0 operand has none."""
+    if rank == 0:
+        raise ValueError(f"axis {axis} out of range for rank 0")
+    return normalize_axis(axis, rank)
+
+
 def normalize_axes(axes: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
     """Sorted, non-negative, unique axes; None means every axis."""
     if axes is None:
         return tuple(range(rank))
-    normal = sorted({normalize_axis(a, rank) for a in axes})
+    normal = sorted({axis_of(a, rank) for a in axes})
     if len(normal) != len(axes):
         raise ValueError(f"repeated axis in {list(axes)}")
     return tuple(normal)
