@@ -143,10 +143,11 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def normalize_axis(axis: int, rank: int) -> int:
-    """Turn a possibly negative axis into 0..rank-1; raise ValueError when out of range."""
-    if not -rank <= axis < max(rank, 1) or (rank == 0 and axis not in (0, -1)):
+    """Turn a possibly negative axis into 0..rank-1; raise ValueError when out of range (a rank-0
+    tensor has no axes at all)."""
+    if not -rank <= axis < rank:
         raise ValueError(f"axis {axis} out of range for rank {rank}")
-    return axis % rank if rank else 0
+    return axis % rank
 
 
 def parse_type(text: str) -> TensorType:

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from ..types import DType
-from .registry import COMPOSITE, AttrSpec, OpDef, axis_of, normalize_axes, register, same_dtype
+from ..types import DType, normalize_axis
+from .registry import COMPOSITE, AttrSpec, OpDef, normalize_axes, register, same_dtype
 
 
 def _float_only(op_inputs) -> None:
@@ -20,7 +20,7 @@ def _float_only(op_inputs) -> None:
 
 
 def _axis_normalize(in_types, attrs):
-    attrs["axis"] = axis_of(attrs["axis"], in_types[0].rank)
+    attrs["axis"] = normalize_axis(attrs["axis"], in_types[0].rank)
     return attrs
 
 

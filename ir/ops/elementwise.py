@@ -7,8 +7,8 @@ import numpy as np
 from scipy import special
 
 from ..structured import PARALLEL, AffineExpr, AffineMap, Arg, Cast, Const, Index, IterationSpace, call
-from ..types import DType, TensorType, broadcast_shapes
-from .registry import ELEMENTWISE, SOURCE, AttrSpec, OpDef, axis_of, register, same_dtype
+from ..types import DType, TensorType, broadcast_shapes, normalize_axis
+from .registry import ELEMENTWISE, SOURCE, AttrSpec, OpDef, register, same_dtype
 
 
 def broadcast_map(operand: tuple[int, ...], result: tuple[int, ...]) -> AffineMap:
@@ -176,7 +176,7 @@ register(OpDef(
 
 
 def _iota_normalize(in_types, attrs):
-    attrs["axis"] = axis_of(attrs["axis"], len(attrs["shape"]))
+    attrs["axis"] = normalize_axis(attrs["axis"], len(attrs["shape"]))
     return attrs
 
 

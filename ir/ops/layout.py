@@ -9,7 +9,7 @@ import numpy as np
 from ..structured import PARALLEL, AffineExpr, AffineMap, Arg, IterationSpace
 from ..types import TensorType, normalize_axis
 from .elementwise import broadcast_map
-from .registry import LAYOUT, AttrSpec, OpDef, axis_of, register, same_dtype
+from .registry import LAYOUT, AttrSpec, OpDef, register, same_dtype
 
 
 def _copy_space(result: TensorType, input_map: AffineMap) -> IterationSpace:
@@ -132,7 +132,7 @@ register(OpDef(
 
 # ----- concat ---------------------------------------------------------------------------------
 def _concat_normalize(in_types, attrs):
-    attrs["axis"] = axis_of(attrs["axis"], in_types[0].rank)
+    attrs["axis"] = normalize_axis(attrs["axis"], in_types[0].rank)
     return attrs
 
 
@@ -158,7 +158,7 @@ register(OpDef(
 
 # ----- gather ---------------------------------------------------------------------------------
 def _gather_normalize(in_types, attrs):
-    attrs["axis"] = axis_of(attrs["axis"], in_types[0].rank)
+    attrs["axis"] = normalize_axis(attrs["axis"], in_types[0].rank)
     return attrs
 
 

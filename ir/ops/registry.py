@@ -236,18 +236,11 @@ def same_dtype(op_inputs: Sequence[TensorType], what: str = "operands") -> DType
     return op_inputs[0].dtype
 
 
-def axis_of(axis: int, rank: int) -> int:
-    """normalize_axis for an op that indexes a real axis: a rank-0 operand has none."""
-    if rank == 0:
-        raise ValueError(f"axis {axis} out of range for rank 0")
-    return normalize_axis(axis, rank)
-
-
 def normalize_axes(axes: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
     """Sorted, non-negative, unique axes; None means every axis."""
     if axes is None:
         return tuple(range(rank))
-    normal = sorted({axis_of(a, rank) for a in axes})
+    normal = sorted({normalize_axis(a, rank) for a in axes})
     if len(normal) != len(axes):
         raise ValueError(f"repeated axis in {list(axes)}")
     return tuple(normal)
