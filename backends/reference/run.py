@@ -82,11 +82,14 @@ def random_inputs(graph: Graph, seed: int = 0) -> list[np.ndarray]:
 
 
 def random_value(value: Value, rng: np.random.Generator) -> np.ndarray:
-    """A random tensor for `value`, shaped by how it is used: gather indices stay in range and
-    batch-norm variances stay positive."""
+    """A random tensor for `value`, shaped by how it is used: gather indices stay in range,
+    batch-norm variances stay positive, attention masks keep a key in every row."""
     t = value.type
     if t.dtype is DType.bool:
-        return rng.random(t.shape) < 0.5
+        mask = rng.random(t.shape) < 0.5
+        if t.rank and any(user.op == "attention" and user.inputs[3:] == (value,) for user in value.users):
+            mask[..., 0] = True  # every query keeps at least one key, so no row is all -inf
+        return mask
     if t.dtype.is_int:
         high = 8
         for user in value.users:
