@@ -274,15 +274,13 @@ class Graph:
         self.params.remove(value)
         self._names.discard(value.name)
 
-    def rename_value(self, value: Value, name: str) -> None:
-        """Give `value` a new name, which must be canonical (see `sanitize_name`) and free."""
-        if value.name == name:
-            return
-        if sanitize_name(name) != name or name in self._names:
-            raise ValueError(f"cannot rename %{value.name} to %{name}: name is taken or not canonical")
+    def rename_value(self, value: Value, hint: str) -> str:
+        """Rename `value` after `hint`, sanitised and made unique as for new values; returns the name."""
+        if value.name == hint:
+            return hint
         self._names.discard(value.name)
-        self._names.add(name)
-        value.name = name
+        value.name = self.unique_name(hint)
+        return value.name
 
     def move_before(self, node: Node, anchor: Node) -> None:
         self._nodes.pop(self._index(node))

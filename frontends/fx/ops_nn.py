@@ -1,0 +1,750 @@
+"""Converters for neural-network layers: `torch.nn` modules, `torch.nn.functional` and their ATen ops.
+
+Layers map to the IR's structured and composite ops: linear -> matmul with the transposed weight
+plus a bias add; conv2d gets its bias as a reshaped [C, 1, 1] add; adaptive average pooling is an
+avg_pool2d when the sizes divide, else separable slice-means; attention layers map to `attention`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tilegraph.ir import DType, Value
+
+from .context import ConvertContext, Missing, Unsupported
+from .ops_tensor import A, matmul_values, slice_axis
+from .registry import converts, optional
+
+
+def _pair(value, name: str) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) == 1:
+        return (value[0], value[0])
+    if len(value) != 2:
+        raise Unsupported(f"{name}={list(value)} (expected one or two values)")
+    return value
+
+
+def _batched(cx: ConvertContext, x: Value, rank: int) -> Value:
+    """Add the batch dim torch allows leaving out (a [C, H, W] image is one [1, C, H, W])."""
+    if x.type.rank == rank - 1:
+        return cx.reshape(x, (1,) + x.shape)
+    if x.type.rank != rank:
+        raise Unsupported(f"a rank-{x.type.rank} input (expected rank {rank - 1} or {rank})")
+    return x
+
+
+def _bind(names, args, kwargs, **defaults) -> dict:
+    """Positional and keyword arguments by name, for ops whose torch and ATen signatures differ."""
+    bound = dict(defaults)
+    bound.update(zip(names, args))
+    bound.update(kwargs)
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise Unsupported(f"missing argument(s) {', '.join(missing)}")
+    return bound
+
+
+def _channel_bias(cx: ConvertContext, y: Value, bias: Value | None) -> Value:
+    if bias is None:
+        return y
+    return cx.b.add(y, cx.reshape(cx.value(bias), (bias.shape[0],) + (1,) * (y.type.rank - 2)))
+
+
+# ----- linear ---------------------------------------------------------------------------------------
+def linear_values(cx: ConvertContext, x: Value, weight: Value, bias: Value | None, out_shape) -> Value:
+    """x @ weight^T + bias, for an nn.Linear-style [out, in] weight."""
+    w_t = cx.transpose(weight, (1, 0)) if weight.type.rank == 2 else weight
+    y = matmul_values(cx, x, w_t, out_shape)
+    return y if bias is None else cx.b.add(y, cx.value(bias))
+
+
+@converts(F.linear, A("linear"))
+def linear(cx, x, weight, bias=None):
+    return linear_values(cx, cx.value(x), cx.value(weight), bias, cx.out_shape)
+
+
+@converts(nn.Linear)
+def linear_module(cx, m, x):
+    return linear_values(cx, cx.value(x), cx.module_param(m, "weight"), cx.module_param(m, "bias"), cx.out_shape)
+
+
+@converts(nn.Identity)
+def identity_module(cx, m, x, *args, **kwargs):
+    return cx.value(x)
+
+
+# ----- convolution ----------------------------------------------------------------------------------
+def _conv_padding(padding, kernel, dilation) -> tuple[int, int]:
+    if padding == "valid":
+        return (0, 0)
+    if padding == "same":
+        total = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        if any(t % 2 for t in total):
+            raise Unsupported("padding='same' with an even effective kernel (asymmetric padding)")
+        return (total[0] // 2, total[1] // 2)
+    return _pair(padding, "padding")
+
+
+def conv2d_values(cx, x, weight, bias, stride=1, padding=0, dilation=1, groups=1) -> Value:
+    x = cx.value(x)
+    weight = cx.value(weight)
+    dilation = _pair(dilation, "dilation")
+    padding = _conv_padding(padding, weight.shape[2:], dilation)
+    y = cx.b.conv2d(_batched(cx, x, 4), weight, stride=_pair(stride, "stride"), padding=padding,
+                    dilation=dilation, groups=groups)
+    return cx.reshape(_channel_bias(cx, y, bias), cx.out_shape)
+
+
+def conv1d_values(cx, x, weight, bias, stride=1, padding=0, dilation=1, groups=1) -> Value:
+    """conv1d as a conv2d over [N, C, 1, L]."""
+    x = cx.value(x)
+    weight = cx.value(weight)
+    x = _batched(cx, x, 3)
+    (stride,), (dilation,) = _single(stride), _single(dilation)
+    if padding == "valid":
+        padding = 0
+    elif padding == "same":
+        total = dilation * (weight.shape[2] - 1)
+        if total % 2:
+            raise Unsupported("padding='same' with an even effective kernel (asymmetric padding)")
+        padding = total // 2
+    (padding,) = _single(padding)
+    y = cx.b.conv2d(cx.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])),
+                    cx.reshape(weight, (weight.shape[0], weight.shape[1], 1, weight.shape[2])),
+                    stride=(1, stride), padding=(0, padding), dilation=(1, dilation), groups=groups)
+    return cx.reshape(_channel_bias(cx, y, bias), cx.out_shape)
+
+
+def _single(value) -> tuple[int]:
+    value = (value,) if isinstance(value, int) else tuple(value)
+    if len(value) != 1:
+        raise Unsupported(f"{list(value)} for a 1-d convolution")
+    return value
+
+
+@converts(F.conv2d, A("conv2d"))
+def conv2d(cx, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return conv2d_values(cx, x, weight, bias, stride, padding, dilation, groups)
+
+
+@converts(F.conv1d, A("conv1d"))
+def conv1d(cx, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return conv1d_values(cx, x, weight, bias, stride, padding, dilation, groups)
+
+
+@converts(A("convolution"))
+def convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise Unsupported("transposed convolution")
+    convert = {3: conv1d_values, 4: conv2d_values}.get(weight.type.rank)
+    if convert is None:
+        raise Unsupported(f"a {weight.type.rank - 2}-d convolution")
+    return convert(cx, x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_module(convert):
+    def convert_module(cx, m, x):
+        if m.padding_mode != "zeros":
+            raise Unsupported(f"padding_mode={m.padding_mode!r}")
+        return convert(cx, x, cx.module_param(m, "weight"), cx.module_param(m, "bias"), m.stride, m.padding,
+                       m.dilation, m.groups)
+
+    return convert_module
+
+
+converts(nn.Conv2d)(_conv_module(conv2d_values))
+converts(nn.Conv1d)(_conv_module(conv1d_values))
+
+
+# ----- normalisation --------------------------------------------------------------------------------
+def batch_norm_values(cx, x, mean, var, weight, bias, eps) -> Value:
+    x = cx.value(x)
+    if mean is None or var is None:
+        raise Unsupported("batch norm without running statistics (batch statistics at inference)")
+    if x.type.rank < 2:
+        raise Unsupported(f"batch norm of a rank-{x.type.rank} input")
+    operands = [cx.value(mean, x.dtype), cx.value(var, x.dtype)]
+    if weight is not None:
+        operands.append(cx.value(weight, x.dtype))
+        if bias is not None:
+            operands.append(cx.value(bias, x.dtype))
+    y = cx.b.batch_norm(x, *operands, eps=float(eps))
+    return _channel_bias(cx, y, bias) if weight is None else y
+
+
+@converts(F.batch_norm, torch.batch_norm, A("batch_norm"))
+def batch_norm(cx, x, *args, **kwargs):
+    if cx.node.target is F.batch_norm:
+        bound = _bind(("running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"), args, kwargs,
+                      weight=None, bias=None, training=False, momentum=0.1, eps=1e-5)
+    else:  # aten.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn)
+        bound = _bind(("weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
+                       "cudnn_enabled"), args, kwargs)
+    if bound["training"]:
+        raise Unsupported("batch norm in training mode (call model.eval() first)")
+    return batch_norm_values(cx, x, bound["running_mean"], bound["running_var"], bound["weight"], bound["bias"],
+                             bound["eps"])
+
+
+@converts(A("_native_batch_norm_legit_no_training"))
+def native_batch_norm_no_training(cx, x, weight, bias, running_mean, running_var, momentum, eps):
+    y = batch_norm_values(cx, x, running_mean, running_var, weight, bias, eps)
+    saved = Missing("the saved statistics of native batch norm")
+    return (y, saved, saved)
+
+
+@converts(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+def batch_norm_module(cx, m, x):
+    if m.training and m.track_running_stats:
+        raise Unsupported(f"{type(m).__name__} in training mode (call model.eval() first)")
+    if m.running_mean is None:
+        raise Unsupported(f"{type(m).__name__} without running statistics (track_running_stats=False)")
+    return batch_norm_values(cx, x, cx.module_param(m, "running_mean"), cx.module_param(m, "running_var"),
+                             cx.module_param(m, "weight"), cx.module_param(m, "bias"), m.eps)
+
+
+def layer_norm_values(cx, x, normalized_shape, weight, bias, eps) -> Value:
+    x = cx.value(x)
+    axes = tuple(range(x.type.rank - len(tuple(normalized_shape)), x.type.rank))
+    if weight is None:
+        y = cx.b.layer_norm(x, axes=axes, eps=float(eps))
+        return y if bias is None else cx.b.add(y, cx.value(bias, x.dtype))
+    operands = [cx.value(weight, x.dtype)] + ([cx.value(bias, x.dtype)] if bias is not None else [])
+    return cx.b.layer_norm(x, *operands, axes=axes, eps=float(eps))
+
+
+@converts(F.layer_norm, torch.layer_norm, A("layer_norm"))
+def layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, *rest):
+    return layer_norm_values(cx, x, normalized_shape, weight, bias, eps)
+
+
+@converts(A("native_layer_norm"))
+def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
+    saved = Missing("the saved statistics of native layer norm")
+    return (layer_norm_values(cx, x, normalized_shape, weight, bias, eps), saved, saved)
+
+
+@converts(nn.LayerNorm)
+def layer_norm_module(cx, m, x):
+    return layer_norm_values(cx, x, m.normalized_shape, cx.module_param(m, "weight"), cx.module_param(m, "bias"),
+                             m.eps)
+
+
+def rms_norm_values(cx, x, normalized_shape, weight, eps) -> Value:
+    x = cx.value(x)
+    if eps is None:
+        eps = torch.finfo(cx.primary.dtype).eps
+    axes = tuple(range(x.type.rank - len(tuple(normalized_shape)), x.type.rank))
+    operands = [cx.value(weight, x.dtype)] if weight is not None else []
+    return cx.b.rms_norm(x, *operands, axes=axes, eps=float(eps))
+
+
+@converts(optional(F, "rms_norm"), A("rms_norm"))
+def rms_norm(cx, x, normalized_shape, weight=None, eps=None):
+    return rms_norm_values(cx, x, normalized_shape, weight, eps)
+
+
+@converts(optional(nn, "RMSNorm"))
+def rms_norm_module(cx, m, x):
+    return rms_norm_values(cx, x, m.normalized_shape, cx.module_param(m, "weight"), m.eps)
+
+
+@converts(F.normalize)
+def normalize(cx, x, p=2.0, dim=1, eps=1e-12, out=None):
+    if p != 2:
+        raise Unsupported(f"normalize with p={p} (only p=2)")
+    x = cx.value(x, cx.out_dtype)
+    norm = cx.b.sqrt(cx.b.sum(cx.b.mul(x, x), axes=(dim,), keepdims=True))
+    return cx.b.div(x, cx.b.maximum(norm, cx.value(float(eps), x.dtype)))
+
+
+# ----- embedding and dropout ------------------------------------------------------------------------
+def embedding_values(cx, weight, indices, max_norm=None) -> Value:
+    if max_norm is not None:
+        raise Unsupported("embedding with max_norm (renormalises the weights in place)")
+    indices = cx.value(indices)
+    if not indices.dtype.is_int:
+        raise Unsupported(f"embedding indices of dtype {indices.dtype}")
+    return cx.b.gather(cx.value(weight), indices, axis=0)
+
+
+@converts(F.embedding)
+def embedding(cx, x, weight, padding_idx=None, max_norm=None, *args, **kwargs):
+    return embedding_values(cx, weight, x, max_norm)
+
+
+@converts(torch.embedding, A("embedding"))
+def aten_embedding(cx, weight, indices, *args):
+    return embedding_values(cx, weight, indices)
+
+
+@converts(nn.Embedding)
+def embedding_module(cx, m, x):
+    return embedding_values(cx, cx.module_param(m, "weight"), x, m.max_norm)
+
+
+def _dropout(cx, x, p, training) -> Value:
+    if training and p > 0:
+        raise Unsupported(f"dropout in training mode (p={p}); call model.eval(), or pass training=self.training "
+                          "to F.dropout")
+    return cx.value(x)
+
+
+@converts(F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, torch.dropout, torch.alpha_dropout, torch.feature_dropout,
+          torch.feature_alpha_dropout, A("dropout"), A("alpha_dropout"), A("feature_dropout"),
+          A("feature_alpha_dropout"))
+def dropout(cx, x, p=0.5, training=True, inplace=False, *, train=None):
+    return _dropout(cx, x, p, training if train is None else train)
+
+
+@converts(F.alpha_dropout, F.feature_alpha_dropout)  # these default to training=False
+def alpha_dropout(cx, x, p=0.5, training=False, inplace=False):
+    return _dropout(cx, x, p, training)
+
+
+@converts(A("native_dropout"))
+def native_dropout(cx, x, p, train):
+    return (_dropout(cx, x, p, train), Missing("the mask of native dropout"))
+
+
+@converts(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+def dropout_module(cx, m, x):
+    return _dropout(cx, x, m.p, m.training)
+
+
+# ----- activations ----------------------------------------------------------------------------------
+def _activation(op: str, functions=(), modules=(), **fixed) -> None:
+    def convert(cx, x, *args, **kwargs):
+        return cx.b.op(op, cx.value(x, cx.out_dtype), **fixed)
+
+    def convert_module(cx, m, x):
+        return cx.b.op(op, cx.value(x, cx.out_dtype), **fixed)
+
+    convert.__name__ = op
+    converts(*functions)(convert)
+    converts(*modules)(convert_module)
+
+
+_activation("relu", (torch.relu, torch.relu_, F.relu, F.relu_, "relu", "relu_", A("relu"), A("relu_")), (nn.ReLU,))
+_activation("relu6", (F.relu6, optional(torch._C._nn, "relu6"), A("relu6")), ())
+_activation("silu", (F.silu, optional(torch._C._nn, "silu"), "silu", A("silu"), A("silu_")), (nn.SiLU,))
+_activation("tanh", (), (nn.Tanh,))
+_activation("sigmoid", (), (nn.Sigmoid,))
+
+
+def gelu_value(cx, x, approximate="none") -> Value:
+    return cx.b.gelu(cx.value(x, cx.out_dtype), approximate=approximate)
+
+
+@converts(F.gelu, "gelu", A("gelu"))
+def gelu(cx, x, approximate="none"):
+    return gelu_value(cx, x, approximate)
+
+
+@converts(nn.GELU)
+def gelu_module(cx, m, x):
+    return gelu_value(cx, x, m.approximate)
+
+
+def hardtanh_value(cx, x, low, high) -> Value:
+    x = cx.value(x, cx.out_dtype)
+    if (low, high) == (0, 6):
+        return cx.b.relu6(x)
+    if (low, high) == (0, math.inf):
+        return cx.b.relu(x)
+    return cx.b.minimum(cx.b.maximum(x, cx.value(float(low), x.dtype)), cx.value(float(high), x.dtype))
+
+
+@converts(F.hardtanh, F.hardtanh_, optional(torch._C._nn, "hardtanh"), A("hardtanh"), A("hardtanh_"))
+def hardtanh(cx, x, min_val=-1.0, max_val=1.0, inplace=False):
+    return hardtanh_value(cx, x, min_val, max_val)
+
+
+@converts(nn.Hardtanh)  # nn.ReLU6 is a Hardtanh(0, 6)
+def hardtanh_module(cx, m, x):
+    return hardtanh_value(cx, x, m.min_val, m.max_val)
+
+
+def leaky_relu_value(cx, x, slope) -> Value:
+    x = cx.value(x, cx.out_dtype)
+    return cx.b.where(cx.b.gt(x, cx.value(0.0, x.dtype)), x, cx.b.mul(x, cx.value(float(slope), x.dtype)))
+
+
+@converts(F.leaky_relu, optional(torch._C._nn, "leaky_relu"), A("leaky_relu"))
+def leaky_relu(cx, x, negative_slope=0.01, inplace=False):
+    return leaky_relu_value(cx, x, negative_slope)
+
+
+@converts(nn.LeakyReLU)
+def leaky_relu_module(cx, m, x):
+    return leaky_relu_value(cx, x, m.negative_slope)
+
+
+def hardsigmoid_value(cx, x) -> Value:
+    x = cx.value(x, cx.out_dtype)
+    return cx.b.div(cx.b.relu6(cx.b.add(x, cx.value(3.0, x.dtype))), cx.value(6.0, x.dtype))
+
+
+@converts(F.hardsigmoid, optional(torch._C._nn, "hardsigmoid"), A("hardsigmoid"))
+def hardsigmoid(cx, x, inplace=False):
+    return hardsigmoid_value(cx, x)
+
+
+@converts(F.hardswish, optional(torch._C._nn, "hardswish"), A("hardswish"))
+def hardswish(cx, x, inplace=False):
+    return cx.b.mul(cx.value(x, cx.out_dtype), hardsigmoid_value(cx, x))
+
+
+@converts(nn.Hardsigmoid)
+def hardsigmoid_module(cx, m, x):
+    return hardsigmoid_value(cx, x)
+
+
+@converts(nn.Hardswish)
+def hardswish_module(cx, m, x):
+    return cx.b.mul(cx.value(x, cx.out_dtype), hardsigmoid_value(cx, x))
+
+
+# ----- softmax --------------------------------------------------------------------------------------
+def softmax_value(cx, op: str, x, dim) -> Value:
+    x = cx.value(x, cx.out_dtype)
+    if dim is None:  # torch's legacy implicit dim
+        dim = 0 if x.type.rank in (0, 1, 3) else 1
+    if x.type.rank == 0:
+        raise Unsupported(f"{op} of a scalar")
+    return cx.b.op(op, x, axis=dim)
+
+
+@converts(torch.softmax, F.softmax, "softmax", A("softmax"), A("_softmax"))
+def softmax(cx, x, dim=None, *args, **kwargs):
+    return softmax_value(cx, "softmax", x, dim)
+
+
+@converts(torch.log_softmax, F.log_softmax, "log_softmax", A("log_softmax"), A("_log_softmax"))
+def log_softmax(cx, x, dim=None, *args, **kwargs):
+    return softmax_value(cx, "log_softmax", x, dim)
+
+
+@converts(nn.Softmax)
+def softmax_module(cx, m, x):
+    return softmax_value(cx, "softmax", x, m.dim)
+
+
+@converts(nn.LogSoftmax)
+def log_softmax_module(cx, m, x):
+    return softmax_value(cx, "log_softmax", x, m.dim)
+
+
+# ----- pooling --------------------------------------------------------------------------------------
+def _floor_size(size, kernel, stride, padding, dilation=1) -> int:
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def pool_values(cx, op, x, kernel_size, stride, padding, ceil_mode, dilation=1, count_include_pad=True,
+                divisor_override=None) -> Value:
+    x = cx.value(x)
+    kernel = _pair(kernel_size, "kernel_size")
+    stride = _pair(stride, "stride") if stride not in (None, []) else kernel
+    padding = _pair(padding, "padding")
+    if _pair(dilation, "dilation") != (1, 1):
+        raise Unsupported(f"{op} with dilation {dilation}")
+    if divisor_override is not None:
+        raise Unsupported(f"{op} with divisor_override")
+    batched = _batched(cx, x, 4)
+    floor_hw = tuple(_floor_size(batched.shape[2 + a], kernel[a], stride[a], padding[a]) for a in (0, 1))
+    if ceil_mode and floor_hw != cx.out_shape[-2:]:
+        raise Unsupported(f"{op} with ceil_mode=True where it changes the output size")
+    y = cx.b.op(op, batched, kernel=kernel, stride=stride, padding=padding)
+    if op == "avg_pool2d" and not count_include_pad and padding != (0, 0):
+        # divide by the number of real (unpadded) elements in each window instead
+        ones = torch.ones((1, 1) + batched.shape[2:])
+        counts = F.avg_pool2d(ones, kernel, stride, padding, count_include_pad=True)
+        y = cx.b.div(y, cx.value(cx.param(f"{cx.node.name}_window_fraction", counts), y.dtype))
+    return cx.reshape(y, cx.out_shape)
+
+
+@converts(F.max_pool2d, torch.max_pool2d, optional(F, "_max_pool2d"), A("max_pool2d"))
+def max_pool2d(cx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    y = pool_values(cx, "max_pool2d", x, kernel_size, stride, padding, ceil_mode, dilation)
+    return (y, Missing("max-pool indices")) if return_indices else y
+
+
+@converts(A("max_pool2d_with_indices"), optional(F, "max_pool2d_with_indices"))
+def max_pool2d_with_indices(cx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *args):
+    y = pool_values(cx, "max_pool2d", x, kernel_size, stride, padding, ceil_mode, dilation)
+    return (y, Missing("max-pool indices"))
+
+
+@converts(nn.MaxPool2d)
+def max_pool2d_module(cx, m, x):
+    y = pool_values(cx, "max_pool2d", x, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.dilation)
+    return (y, Missing("max-pool indices")) if m.return_indices else y
+
+
+@converts(F.avg_pool2d, A("avg_pool2d"))
+def avg_pool2d(cx, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return pool_values(cx, "avg_pool2d", x, kernel_size, stride, padding, ceil_mode, 1, count_include_pad,
+                       divisor_override)
+
+
+@converts(nn.AvgPool2d)
+def avg_pool2d_module(cx, m, x):
+    return pool_values(cx, "avg_pool2d", x, m.kernel_size, m.stride, m.padding, m.ceil_mode, 1,
+                       m.count_include_pad, m.divisor_override)
+
+
+def adaptive_pool_values(cx, reduce: str, x) -> Value:
+    """Adaptive pooling to the output size torch produced: one pooling op where the sizes divide,
+    else (the windows overlap or vary) a mean/max over each window's rows, then over its columns."""
+    x = cx.value(x)
+    batched = _batched(cx, x, 4)
+    out_hw = cx.out_shape[-2:]
+    in_hw = batched.shape[2:]
+    if all(i % o == 0 for i, o in zip(in_hw, out_hw)):
+        if out_hw == (1, 1):
+            y = cx.b.op("mean" if reduce == "mean" else "max", batched, axes=(2, 3), keepdims=True)
+        else:
+            kernel = tuple(i // o for i, o in zip(in_hw, out_hw))
+            y = cx.b.op("avg_pool2d" if reduce == "mean" else "max_pool2d", batched, kernel=kernel, stride=kernel)
+        return cx.reshape(y, cx.out_shape)
+    y = batched
+    for axis, (size, out) in zip((2, 3), zip(in_hw, out_hw)):
+        pieces = []
+        for i in range(out):
+            start, stop = (i * size) // out, -(-((i + 1) * size) // out)
+            window = slice_axis(cx, y, axis, start, stop)
+            pieces.append(cx.b.op(reduce, window, axes=(axis,), keepdims=True))
+        y = pieces[0] if len(pieces) == 1 else cx.b.concat(*pieces, axis=axis)
+    return cx.reshape(y, cx.out_shape)
+
+
+@converts(F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d, A("adaptive_avg_pool2d"),
+          A("_adaptive_avg_pool2d"))
+def adaptive_avg_pool2d(cx, x, output_size):
+    return adaptive_pool_values(cx, "mean", x)
+
+
+@converts(A("adaptive_max_pool2d"))
+def aten_adaptive_max_pool2d(cx, x, output_size):
+    return (adaptive_pool_values(cx, "max", x), Missing("max-pool indices"))
+
+
+@converts(F.adaptive_max_pool2d, optional(F, "adaptive_max_pool2d_with_indices"))
+def adaptive_max_pool2d(cx, x, output_size, return_indices=False):
+    y = adaptive_pool_values(cx, "max", x)
+    return (y, Missing("max-pool indices")) if return_indices else y
+
+
+@converts(nn.AdaptiveAvgPool2d)
+def adaptive_avg_pool2d_module(cx, m, x):
+    return adaptive_pool_values(cx, "mean", x)
+
+
+@converts(nn.AdaptiveMaxPool2d)
+def adaptive_max_pool2d_module(cx, m, x):
+    y = adaptive_pool_values(cx, "max", x)
+    return (y, Missing("max-pool indices")) if m.return_indices else y
+
+
+@converts(nn.Flatten, nn.Unflatten)
+def flatten_module(cx, m, x):
+    return cx.reshape(cx.value(x), cx.out_shape)
+
+
+# ----- attention ------------------------------------------------------------------------------------
+def _repeat_heads(cx, x: Value, heads: int) -> Value:
+    """[..., Hk, S, D] -> [..., Hk * r, S, D], each head repeated r times (grouped-query attention)."""
+    *batch, hk, s, d = x.shape
+    if hk == heads:
+        return x
+    if heads % hk:
+        raise Unsupported(f"grouped-query attention with {heads} query heads and {hk} key/value heads")
+    batch = tuple(batch)
+    y = cx.broadcast(cx.reshape(x, batch + (hk, 1, s, d)), batch + (hk, heads // hk, s, d))
+    return cx.reshape(y, batch + (heads, s, d))
+
+
+def attention_values(cx, q, k, v, mask=None, *, causal=False, scale=None, enable_gqa=False) -> Value:
+    q, k, v = cx.value(q), cx.value(k), cx.value(v)
+    dtype = q.dtype
+    k, v = cx.value(k, dtype), cx.value(v, dtype)
+    if enable_gqa and q.type.rank >= 3:
+        k, v = _repeat_heads(cx, k, q.shape[-3]), _repeat_heads(cx, v, q.shape[-3])
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        try:
+            batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+        except RuntimeError:
+            raise Unsupported(f"attention batch dims {q.shape[:-2]}, {k.shape[:-2]}, {v.shape[:-2]} "
+                              "do not broadcast") from None
+        q, k, v = (cx.broadcast(t, batch + t.shape[-2:]) for t in (q, k, v))
+    operands = [q, k, v]
+    if mask is not None:
+        mask = cx.value(mask)
+        operands.append(mask if mask.dtype is DType.bool else cx.cast(mask, dtype))
+    return cx.b.attention(*operands, causal=bool(causal), scale=None if scale is None else float(scale))
+
+
+@converts(F.scaled_dot_product_attention, A("scaled_dot_product_attention"))
+def scaled_dot_product_attention(cx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    if dropout_p > 0:
+        raise Unsupported(f"scaled_dot_product_attention with dropout_p={dropout_p} (random)")
+    return attention_values(cx, query, key, value, attn_mask, causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def _projection(cx, x: Value, weight: Value, bias: Value | None, index: int, parts: int) -> Value:
+    """x @ W_i^T + b_i where W_i is the i-th of `parts` row blocks of a packed in-projection weight."""
+    rows = weight.shape[0] // parts
+    w = slice_axis(cx, weight, 0, index * rows, (index + 1) * rows) if parts > 1 else weight
+    b = slice_axis(cx, bias, 0, index * rows, (index + 1) * rows) if bias is not None and parts > 1 else bias
+    y = cx.b.matmul(x, cx.transpose(w, (1, 0)))
+    return y if b is None else cx.b.add(y, b)
+
+
+def multi_head_attention(cx, query, key, value, heads, in_weight, in_bias, out_weight, out_bias, *,
+                         separate_weights=None, mask=None, causal=False) -> Value:
+    """nn.MultiheadAttention on batch-first [B, L, E] inputs; `mask` is additive or bool-keep."""
+    batch, length, embed = query.shape
+    source = key.shape[1]
+    head_dim = embed // heads
+    if separate_weights is not None:
+        (wq, bq), (wk, bk), (wv, bv) = separate_weights
+        q, k, v = (_projection(cx, x, w, b, 0, 1) for x, w, b in ((query, wq, bq), (key, wk, bk), (value, wv, bv)))
+    else:
+        q, k, v = (_projection(cx, x, in_weight, in_bias, i, 3) for i, x in enumerate((query, key, value)))
+
+    def heads_first(t: Value, size: int) -> Value:
+        return cx.transpose(cx.reshape(t, (batch, size, heads, head_dim)), (0, 2, 1, 3))
+
+    y = attention_values(cx, heads_first(q, length), heads_first(k, source), heads_first(v, source), mask,
+                         causal=causal)
+    y = cx.reshape(cx.transpose(y, (0, 2, 1, 3)), (batch, length, embed))
+    return linear_values(cx, y, out_weight, out_bias, (batch, length, embed))
+
+
+def _mha_mask(cx, attn_mask, key_padding_mask, batch, heads, length, source, dtype) -> Value | None:
+    """Fold nn.MultiheadAttention's masks (bool: True = masked out) into one additive mask."""
+    total = None
+    for mask, shape in ((attn_mask, None), (key_padding_mask, (batch, 1, 1, source))):
+        if mask is None:
+            continue
+        mask = cx.value(mask)
+        if mask.dtype is DType.bool:
+            mask = cx.b.where(mask, cx.value(-math.inf, dtype), cx.value(0.0, dtype))
+        else:
+            mask = cx.cast(mask, dtype)
+        if shape is None:
+            shape = (length, source) if mask.type.rank == 2 else (batch, heads, length, source)
+        mask = cx.reshape(mask, shape)
+        total = mask if total is None else cx.b.add(total, mask)
+    return total
+
+
+def mha_forward(cx, query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, *,
+                batch_first=False, bias_k=None, add_zero_attn=False, dropout_p=0.0, training=False,
+                key_padding_mask=None, need_weights=True, attn_mask=None, separate_weights=None, is_causal=False):
+    """nn.MultiheadAttention's forward (F.multi_head_attention_forward when not batch_first)."""
+    if training and dropout_p > 0:
+        raise Unsupported("multi-head attention with dropout in training mode (call model.eval() first)")
+    if bias_k is not None or add_zero_attn:
+        raise Unsupported("multi-head attention with add_bias_kv or add_zero_attn")
+    query, key, value = cx.value(query), cx.value(key), cx.value(value)
+    unbatched = query.type.rank == 2
+    if unbatched:
+        query, key, value = (cx.reshape(t, (1,) + t.shape) for t in (query, key, value))
+    elif not batch_first:
+        query, key, value = (cx.transpose(t, (1, 0, 2)) for t in (query, key, value))
+    batch, length, _ = query.shape
+    mask = _mha_mask(cx, attn_mask, key_padding_mask, batch, num_heads, length, key.shape[1], query.dtype)
+    y = multi_head_attention(cx, query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight,
+                             out_proj_bias, separate_weights=separate_weights, mask=mask,
+                             causal=bool(is_causal) and mask is None)
+    if unbatched:
+        y = cx.reshape(y, y.shape[1:])
+    elif not batch_first:
+        y = cx.transpose(y, (1, 0, 2))
+    weights = Missing("the attention weights of multi-head attention (pass need_weights=False)") \
+        if need_weights else None
+    return (y, weights)
+
+
+@converts(F.multi_head_attention_forward)
+def multi_head_attention_forward(cx, query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+                                 bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+                                 training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+                                 is_causal=False):
+    if static_k is not None or static_v is not None:
+        raise Unsupported("multi-head attention with static_k/static_v")
+    separate = None
+    if use_separate_proj_weight:
+        separate = _separate_weights(cx, (q_proj_weight, k_proj_weight, v_proj_weight), in_proj_bias,
+                                     embed_dim_to_check)
+    return mha_forward(cx, query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+                       bias_k=bias_k, add_zero_attn=add_zero_attn, dropout_p=dropout_p, training=training,
+                       key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+                       separate_weights=separate, is_causal=is_causal)
+
+
+def _separate_weights(cx, weights, in_proj_bias, embed_dim):
+    pairs = []
+    for i, w in enumerate(weights):
+        bias = None if in_proj_bias is None else slice_axis(cx, cx.value(in_proj_bias), 0, i * embed_dim,
+                                                              (i + 1) * embed_dim)
+        pairs.append((cx.value(w), bias))
+    return pairs
+
+
+@converts(nn.MultiheadAttention)
+def multi_head_attention_module(cx, m, query, key, value, key_padding_mask=None, need_weights=True,
+                                attn_mask=None, average_attn_weights=True, is_causal=False):
+    separate = None
+    if not m._qkv_same_embed_dim:
+        weights = [cx.module_param(m, f"{p}_proj_weight") for p in "qkv"]
+        separate = _separate_weights(cx, weights, cx.module_param(m, "in_proj_bias"), m.embed_dim)
+    out_path = f"{cx.module_path}.out_proj" if cx.module_path else "out_proj"
+    out_bias = None if m.out_proj.bias is None else cx.param(f"{out_path}.bias", m.out_proj.bias)
+    return mha_forward(cx, query, key, value, m.num_heads, cx.module_param(m, "in_proj_weight"),
+                       cx.module_param(m, "in_proj_bias"), cx.param(f"{out_path}.weight", m.out_proj.weight),
+                       out_bias, batch_first=m.batch_first, bias_k=m.bias_k, add_zero_attn=m.add_zero_attn,
+                       dropout_p=m.dropout, training=m.training, key_padding_mask=key_padding_mask,
+                       need_weights=need_weights, attn_mask=attn_mask, separate_weights=separate,
+                       is_causal=is_causal)
+
+
+@converts(optional(torch, "_transformer_encoder_layer_fwd"), A("_transformer_encoder_layer_fwd"))
+def transformer_encoder_layer_fast_path(cx, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                        use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                                        norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                        mask_type=None):
+    """The fused eval-mode nn.TransformerEncoderLayer (what torch runs under no_grad with batch_first)."""
+    if mask is not None:
+        raise Unsupported("the fused transformer encoder layer with a mask")
+    x = cx.value(src)
+    if x.type.rank != 3:
+        raise Unsupported(f"the fused transformer encoder layer on a rank-{x.type.rank} input")
+
+    def attend(t):
+        return multi_head_attention(cx, t, t, t, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias)
+
+    def feed_forward(t):
+        hidden = linear_values(cx, t, ffn_weight_1, ffn_bias_1, t.shape[:-1] + (ffn_weight_1.shape[0],))
+        hidden = cx.b.gelu(hidden) if use_gelu else cx.b.relu(hidden)
+        return linear_values(cx, hidden, ffn_weight_2, ffn_bias_2, t.shape)
+
+    def norm(t, w, b):
+        return layer_norm_values(cx, t, (embed_dim,), w, b, eps)
+
+    if norm_first:
+        x = cx.b.add(x, attend(norm(x, norm_weight_1, norm_bias_1)))
+        return cx.b.add(x, feed_forward(norm(x, norm_weight_2, norm_bias_2)))
+    x = norm(cx.b.add(x, attend(x)), norm_weight_1, norm_bias_1)
+    return norm(cx.b.add(x, feed_forward(x)), norm_weight_2, norm_bias_2)

@@ -1,0 +1,118 @@
+"""torch.compile(model, backend="tilegraph"): Dynamo graphs converted and run on the reference backend."""
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the PyTorch frontend needs the optional torch extra")
+nn = torch.nn
+
+import tilegraph.frontends.fx  # noqa: E402,F401  (registers the backend)
+from tilegraph.frontends.fx import TilegraphFallbackWarning  # noqa: E402
+from tilegraph.frontends.fx import dynamo as tilegraph_dynamo  # noqa: E402
+
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def executed(monkeypatch):
+    """Counts the graphs run by tilegraph (not by the eager fallback)."""
+    calls = []
+    original = tilegraph_dynamo.execute
+
+    def counting(graph, inputs):
+        calls.append(graph)
+        return original(graph, inputs)
+
+    monkeypatch.setattr(tilegraph_dynamo, "execute", counting)
+    return calls
+
+
+def close(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and (a - b).abs().max().item() < TOLERANCE
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 4), nn.Softmax(-1)).eval()
+
+
+def test_backend_is_registered_by_name():
+    assert "tilegraph" in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_compiled_mlp_gives_eager_results(executed):
+    model = mlp()
+    compiled = torch.compile(model, backend="tilegraph")
+    x = torch.randn(3, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        assert close(compiled(x), model(x))
+        y = torch.randn(5, 8)  # a new shape converts again (static shapes)
+        assert close(compiled(y), model(y))
+    assert len(executed) == 2
+
+
+def test_dynamic_shape_graphs_are_converted_per_call_shape(executed):
+    model = mlp()
+    compiled = torch.compile(model, backend="tilegraph", dynamic=True)
+    for rows in (2, 7):
+        x = torch.randn(rows, 8)
+        assert close(compiled(x), model(x))
+    assert [g.inputs[0].type.shape for g in executed] == [(2, 8), (7, 8)]
+
+
+def test_weights_updated_after_compiling_are_used(executed):
+    model = mlp()
+    compiled = torch.compile(model, backend="tilegraph")
+    x = torch.randn(2, 8)
+    compiled(x)
+    with torch.no_grad():
+        model[0].weight.mul_(-2)
+    assert close(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("no_grad", [True, False], ids=["fused-fast-path", "autograd-path"])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_compiled_transformer_layer_gives_eager_results(executed, batch_first, no_grad):
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=batch_first).eval()
+    x = torch.randn(2, 5, 32) if batch_first else torch.randn(5, 2, 32)
+    compiled = torch.compile(layer, backend="tilegraph")
+    with warnings.catch_warnings(), torch.set_grad_enabled(not no_grad):
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        got = compiled(x)
+        expected = layer(x)
+    assert close(got, expected)
+    assert executed and any(n.op == "attention" for n in executed[-1].nodes)
+
+
+class TupleOut(nn.Module):
+    def forward(self, x):
+        return [x * 2, (x.sum(-1), x.shape[0])]
+
+
+def test_outputs_keep_the_graph_module_structure(executed):
+    x = torch.randn(3, 4)
+    got = torch.compile(TupleOut(), backend="tilegraph")(x)
+    assert isinstance(got, list) and close(got[0], x * 2) and close(got[1][0], x.sum(-1)) and got[1][1] == 3
+    assert executed
+
+
+class Unsupported(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=1) * 2
+
+
+def test_unsupported_graph_falls_back_to_eager_with_a_warning(executed):
+    x = torch.randn(3, 4)
+    compiled = torch.compile(Unsupported(), backend="tilegraph")
+    with pytest.warns(TilegraphFallbackWarning, match=r"(?s)eagerly in PyTorch.*cumsum: torch.cumsum: no converter"):
+        got = compiled(x)
+    assert close(got, Unsupported()(x))
+    assert not executed
