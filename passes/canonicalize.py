@@ -1,0 +1,315 @@
+"""canonicalize: decompose composites, then fold constants, simplify algebra, CSE and DCE to a fixpoint.
+
+Runs on a clone of `program.graph` and returns `Program.unfused(new graph)`: kernels and later
+decisions are re-derived by the passes that follow (so running it after fusion drops the fusion).
+Properties: "canonical" (always) and "decomposed" (when no composite op is left).
+Running it twice gives the same text as running it once.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from tilegraph.ir.builder import GraphBuilder
+from tilegraph.ir.graph import Graph, Node, Value, ValueKind
+from tilegraph.ir.program import Program
+from tilegraph.ir.types import DType, to_dtype
+
+from .manager import register_property_check
+from .registry import PassContext, register_pass
+
+__all__ = ["CanonicalizeOptions", "canonicalize", "canonicalize_graph", "SIMPLIFICATIONS"]
+
+MAX_ROUNDS = 64
+
+
+@dataclass(frozen=True)
+class CanonicalizeOptions:
+    decompose: bool = True  # replace composite ops (softmax, layer_norm, ...) by structured ops
+    fold: bool = True  # evaluate nodes whose operands are all constants or params with data
+    fold_limit: int = 65536  # largest tensor (elements) folding reads or creates
+    simplify: bool = True  # x*1, x+0, double transposes, reshape chains, no-op casts/reshapes/...
+    cse: bool = True  # merge nodes with the same op, operands and attributes
+
+
+@register_pass("canonicalize", CanonicalizeOptions, ensures={"canonical"})
+def canonicalize(program: Program, options: CanonicalizeOptions, ctx: PassContext) -> Program:
+    """Decompose composites, fold constants, simplify, CSE, DCE (to a fixpoint)."""
+    graph = program.graph.clone()
+    counts = canonicalize_graph(graph, options)
+    stats = ctx.statistics.setdefault("canonicalize", {})
+    for key, value in counts.items():
+        stats[key] = stats.get(key, 0) + value
+    if program.kernels != Program.unfused(program.graph).kernels:
+        ctx.note(f"canonicalize: re-derived kernels ({len(program.kernels)} kernels dropped; run fuse again)")
+    properties = {"canonical"}
+    if not any(node.opdef.is_composite for node in graph.nodes):
+        properties.add("decomposed")
+    return replace(Program.unfused(graph), properties=frozenset(properties))
+
+
+def _dead_nodes(program: Program):
+    """Property "canonical": no node whose results nobody reads."""
+    outputs = set(program.graph.outputs)
+    for node in program.graph.nodes:
+        if not any(v.users or v in outputs for v in node.results):
+            yield f"%{node.name} ({node.op}) is dead code"
+
+
+def _composites(program: Program):
+    """Property "decomposed": no composite op is left."""
+    for node in program.graph.nodes:
+        if node.opdef.is_composite:
+            yield f"%{node.name} is a composite ({node.op})"
+
+
+register_property_check("canonical", _dead_nodes)
+register_property_check("decomposed", _composites)
+
+
+def canonicalize_graph(graph: Graph, options: CanonicalizeOptions = CanonicalizeOptions()) -> dict[str, int]:
+    """Canonicalize `graph` in place; returns how many rewrites of each kind were made."""
+    counts = {"decomposed": 0, "folded": 0, "simplified": 0, "merged": 0, "erased": 0}
+    counts["erased"] += eliminate_dead_code(graph)
+    if options.decompose:
+        counts["decomposed"] += decompose(graph)
+    for _ in range(MAX_ROUNDS):
+        changed = 0
+        if options.fold:
+            changed += _add(counts, "folded", fold_constants(graph, options.fold_limit))
+        if options.simplify:
+            changed += _add(counts, "simplified", simplify(graph))
+        if options.cse:
+            changed += _add(counts, "merged", eliminate_common_subexpressions(graph))
+        changed += _add(counts, "erased", eliminate_dead_code(graph))
+        if not changed:
+            break
+    return counts
+
+
+def _add(counts: dict[str, int], key: str, value: int) -> int:
+    counts[key] += value
+    return value
+
+
+# ----- dead code ---------------------------------------------------------------------------------
+def eliminate_dead_code(graph: Graph) -> int:
+    """Erase unused nodes and unused params that carry data (data-less params are run-time arguments)."""
+    erased = graph.dead_code_elimination()
+    outputs = set(graph.outputs)
+    for param in list(graph.params):
+        if param.data is not None and not param.users and param not in outputs:
+            graph.remove_param(param)
+            erased += 1
+    return erased
+
+
+# ----- composites --------------------------------------------------------------------------------
+def decompose(graph: Graph) -> int:
+    """Replace every composite node by its decomposition (repeatedly: attention yields a softmax)."""
+    count = 0
+    while True:
+        composites = [node for node in graph.nodes if node.opdef.is_composite]
+        if not composites:
+            return count
+        for node in composites:
+            builder = GraphBuilder(graph, before=node, loc=node.loc)
+            results = node.opdef.decompose_fn(builder, list(node.inputs), dict(node.attrs))
+            _replace(graph, node, list(results))
+            count += 1
+
+
+def _replace(graph: Graph, node: Node, values: list[Value]) -> None:
+    """Make readers of `node`'s results read `values` instead, and erase the node."""
+    if len(values) != len(node.results):
+        raise ValueError(f"{node!r}: replacement has {len(values)} values for {len(node.results)} results")
+    for old, new in zip(node.results, values):
+        graph.replace_all_uses(old, new)
+    graph.erase_node(node)
+
+
+# ----- constant folding --------------------------------------------------------------------------
+def _known(value: Value) -> np.ndarray | None:
+    """The value's contents when they are known at compile time (a constant op or a param with data)."""
+    if value.kind is ValueKind.PARAM and value.data is not None:
+        return to_dtype(value.data, value.dtype)
+    producer = value.producer
+    if producer is not None and producer.op == "constant":
+        return np.full(value.shape, producer.attrs["value"], dtype=value.dtype.numpy)
+    return None
+
+
+def _is_uniform(array: np.ndarray) -> bool:
+    if array.size == 0:
+        return False
+    first = np.full_like(array, array.flat[0])
+    return array.tobytes() == first.tobytes()  # bitwise: keeps -0.0 apart from 0.0, NaNs alike
+
+
+def _scalar(array: np.ndarray, dtype: DType) -> Any:
+    item = array.flat[0]
+    return bool(item) if dtype is DType.bool else int(item) if dtype.is_int else float(item)
+
+
+def fold_constants(graph: Graph, limit: int) -> int:
+    """Evaluate nodes whose operands are all known; uniform results become `constant` nodes, others
+    new params carrying the data. Nodes without operands (constant, iota) are left as they are."""
+    folded = 0
+    for node in graph.nodes:
+        if node.graph is None or not node.inputs or node.opdef.is_composite:
+            continue
+        if any(v.type.numel > limit for v in node.inputs + node.results):
+            continue
+        arrays = [_known(v) for v in node.inputs]
+        if any(a is None for a in arrays):
+            continue
+        try:
+            outs = node.opdef.reference(arrays, node.attrs, node.result_types)
+        except Exception:  # e.g. a gather index out of range: leave it for run time to report
+            continue
+        values = []
+        for result, array in zip(node.results, outs):
+            if _is_uniform(array):
+                attrs = {"value": _scalar(array, result.dtype), "shape": result.shape, "dtype": result.dtype}
+                values.append(graph.create_node("constant", (), attrs, before=node, loc=node.loc).result)
+            else:
+                values.append(graph.add_param("folded", result.type, np.array(array)))
+        _replace(graph, node, values)
+        folded += 1
+    return folded
+
+
+# ----- algebraic simplification ------------------------------------------------------------------
+def _constant_value(value: Value) -> Any:
+    producer = value.producer
+    return producer.attrs["value"] if producer is not None and producer.op == "constant" else None
+
+
+def _identity_operand(node: Node, unit: float, positions: tuple[int, ...]) -> Value | None:
+    """For op(a, b): the other operand when the one at a position in `positions` is the constant
+    `unit`, and only when the result type equals that operand's (broadcasting may change the shape)."""
+    for position in positions:
+        other = node.inputs[1 - position]
+        if _constant_value(node.inputs[position]) == unit and other.type == node.result.type:
+            return other
+    return None
+
+
+def _mul_one(graph: Graph, node: Node) -> Value | None:
+    return _identity_operand(node, 1, (0, 1))
+
+
+def _add_zero(graph: Graph, node: Node) -> Value | None:
+    return _identity_operand(node, 0, (0, 1))
+
+
+def _sub_zero(graph: Graph, node: Node) -> Value | None:
+    return _identity_operand(node, 0, (1,))
+
+
+def _div_one(graph: Graph, node: Node) -> Value | None:
+    return _identity_operand(node, 1, (1,))
+
+
+def _same_type(graph: Graph, node: Node) -> Value | None:
+    """cast to the same dtype, reshape / broadcast_to to the same shape: the operand itself."""
+    (x,) = node.inputs
+    return x if x.type == node.result.type else None
+
+
+def _transpose(graph: Graph, node: Node) -> Value | None:
+    (x,) = node.inputs
+    perm = node.attrs["perm"]
+    inner = x.producer
+    if inner is not None and inner.op == "transpose":
+        source = inner.inputs[0]
+        combined = tuple(inner.attrs["perm"][p] for p in perm)
+        if combined == tuple(range(len(combined))):
+            return source
+        return _build(graph, node, "transpose", source, perm=combined)
+    return x if perm == tuple(range(len(perm))) else None
+
+
+def _reshape(graph: Graph, node: Node) -> Value | None:
+    (x,) = node.inputs
+    if x.type == node.result.type:
+        return x
+    inner = x.producer
+    if inner is not None and inner.op == "reshape":
+        source = inner.inputs[0]
+        if source.type == node.result.type:
+            return source
+        return _build(graph, node, "reshape", source, shape=node.attrs["shape"])
+    return None
+
+
+def _broadcast_to(graph: Graph, node: Node) -> Value | None:
+    (x,) = node.inputs
+    if x.type == node.result.type:
+        return x
+    inner = x.producer
+    if inner is not None and inner.op == "broadcast_to":
+        return _build(graph, node, "broadcast_to", inner.inputs[0], shape=node.attrs["shape"])
+    return None
+
+
+def _build(graph: Graph, anchor: Node, op: str, *operands: Value, **attrs: Any) -> Value:
+    return graph.create_node(op, operands, attrs, before=anchor, loc=anchor.loc).result
+
+
+# op -> rule(graph, node) returning the value that replaces the node's result, or None
+SIMPLIFICATIONS: dict[str, Callable[[Graph, Node], Value | None]] = {
+    "mul": _mul_one,
+    "add": _add_zero,
+    "sub": _sub_zero,
+    "div": _div_one,
+    "cast": _same_type,
+    "transpose": _transpose,
+    "reshape": _reshape,
+    "broadcast_to": _broadcast_to,
+}
+
+
+def simplify(graph: Graph) -> int:
+    """Apply SIMPLIFICATIONS once over the graph, in order; returns how many nodes were replaced."""
+    count = 0
+    for node in graph.nodes:
+        rule = SIMPLIFICATIONS.get(node.op)
+        if rule is None or node.graph is None:
+            continue
+        new = rule(graph, node)
+        if new is not None and new is not node.result:
+            if new.type != node.result.type:
+                raise TypeError(f"simplifying {node!r} gave {new.type}, not {node.result.type}")
+            _replace(graph, node, [new])
+            count += 1
+    return count
+
+
+# ----- common subexpressions ---------------------------------------------------------------------
+def _freeze(value: Any) -> Any:
+    """A hashable key for an attribute value that tells 0.0 from -0.0, 1 from True, and NaN equals NaN."""
+    if isinstance(value, (list, tuple)):
+        return ("seq", tuple(_freeze(v) for v in value))
+    if isinstance(value, float):
+        return ("float", repr(value))
+    return (type(value).__name__, value)
+
+
+def eliminate_common_subexpressions(graph: Graph) -> int:
+    """Merge each node into an earlier one with the same op, operands, attributes and result types."""
+    seen: dict[tuple, Node] = {}
+    merged = 0
+    for node in graph.nodes:
+        key = (node.op, tuple(id(v) for v in node.inputs),
+               tuple(sorted((k, _freeze(v)) for k, v in node.attrs.items())), node.result_types)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+            continue
+        _replace(graph, node, list(first.results))
+        merged += 1
+    return merged

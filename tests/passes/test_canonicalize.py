@@ -1,0 +1,349 @@
+"""canonicalize: each rewrite on its own, the cases it must leave alone, and properties on random graphs."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import graph_inputs, graphs
+
+from tilegraph.backends import reference
+from tilegraph.ir import DType, Graph, GraphBuilder
+from tilegraph.ir.program import Kernel, Program
+from tilegraph.ir.program_text import print_program
+from tilegraph.ir.text import print_graph
+from tilegraph.passes import PassContext, PassManager, find_program_problems
+from tilegraph.passes.canonicalize import CanonicalizeOptions, canonicalize, canonicalize_graph
+
+
+def run_canon(graph: Graph, **options) -> Graph:
+    """canonicalize through the pass (with verification) and return the new graph."""
+    program = canonicalize(Program.unfused(graph), CanonicalizeOptions(**options), PassContext())
+    assert find_program_problems(program) == []
+    return program.graph
+
+
+def ops(graph: Graph) -> list[str]:
+    return [node.op for node in graph.nodes]
+
+
+def assert_same_results(before: Graph, after: Graph, seed: int = 0) -> None:
+    inputs = reference.random_inputs(before, seed)
+    expected = reference.run(before, inputs, seed=seed)
+    got = reference.run(after, inputs, seed=seed)
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def builder(*inputs: str) -> tuple[GraphBuilder, list]:
+    b = GraphBuilder("main")
+    return b, [b.input(f"x{i}", t) for i, t in enumerate(inputs)]
+
+
+# ----- algebraic simplification ------------------------------------------------------------------
+@pytest.mark.parametrize("op, constant_first", [("mul", False), ("mul", True), ("add", False), ("add", True),
+                                                ("sub", False), ("div", False)])
+def test_identity_element_is_removed(op, constant_first):
+    b, (x,) = builder("f32[3, 4]")
+    unit = b.constant(1.0 if op in ("mul", "div") else 0.0)
+    y = b.op(op, unit, x) if constant_first else b.op(op, x, unit)
+    g = b.output(b.exp(y))
+    after = run_canon(g)
+    assert ops(after) == ["exp"]
+    assert after.nodes[0].inputs[0] is after.inputs[0]
+
+
+@pytest.mark.parametrize("op", ["sub", "div"])
+def test_identity_on_the_left_of_sub_and_div_is_kept(op):
+    b, (x,) = builder("f32[3]")
+    g = b.output(b.op(op, b.constant(0.0 if op == "sub" else 1.0), x))
+    assert op in ops(run_canon(g))
+
+
+def test_times_one_that_broadcasts_is_kept():
+    """x * ones[2, 3] has type f32[2, 3], not x's f32[3]: removing it would change the result's shape."""
+    b, (x,) = builder("f32[3]")
+    g = b.output(b.mul(x, b.constant(1.0, shape=(2, 3))))
+    after = run_canon(g)
+    assert "mul" in ops(after)
+    assert after.outputs[0].type.shape == (2, 3)
+    assert_same_results(g, after)
+
+
+def test_times_one_with_an_integer_and_bool_operand():
+    b, (i, m) = builder("i32[4]", "bool[4]")
+    g = b.output(b.mul(i, b.constant(1, DType.i32)), b.add(m, b.constant(False, DType.bool)))
+    after = run_canon(g)
+    assert ops(after) == []
+    assert after.outputs == after.inputs
+
+
+def test_double_transpose_to_identity_disappears():
+    b, (x,) = builder("f32[2, 3, 4]")
+    g = b.output(b.exp(b.transpose(b.transpose(x, perm=(2, 0, 1)), perm=(1, 2, 0))))
+    assert ops(run_canon(g)) == ["exp"]
+
+
+def test_double_transpose_becomes_one():
+    b, (x,) = builder("f32[2, 3, 4]")
+    g = b.output(b.transpose(b.transpose(x, perm=(1, 0, 2)), perm=(0, 2, 1)))
+    after = run_canon(g)
+    assert ops(after) == ["transpose"]
+    assert after.nodes[0].inputs[0] is after.inputs[0]
+    assert_same_results(g, after)
+
+
+def test_double_transpose_keeps_an_inner_transpose_used_elsewhere():
+    b, (x,) = builder("f32[2, 3]")
+    inner = b.transpose(x)
+    g = b.output(b.transpose(inner, perm=(1, 0)), b.exp(inner))
+    after = run_canon(g)
+    assert sorted(ops(after)) == ["exp", "transpose"]
+    assert after.outputs[0] is after.inputs[0]
+
+
+def test_identity_transpose_disappears():
+    b, (x,) = builder("f32[2, 3]")
+    g = b.output(b.exp(b.transpose(x, perm=(0, 1))))
+    assert ops(run_canon(g)) == ["exp"]
+
+
+def test_reshape_chain_becomes_one_reshape():
+    b, (x,) = builder("f32[2, 3, 4]")
+    g = b.output(b.reshape(b.reshape(b.reshape(x, shape=(6, 4)), shape=(24,)), shape=(4, 6)))
+    after = run_canon(g)
+    assert ops(after) == ["reshape"]
+    assert after.nodes[0].inputs[0] is after.inputs[0] and after.outputs[0].shape == (4, 6)
+    assert_same_results(g, after)
+
+
+def test_reshape_chain_back_to_the_source_shape_disappears():
+    b, (x,) = builder("f32[2, 3]")
+    g = b.output(b.exp(b.reshape(b.reshape(x, shape=(3, 2)), shape=(2, 3))))
+    assert ops(run_canon(g)) == ["exp"]
+
+
+def test_reshape_to_the_same_shape_disappears():
+    b, (x,) = builder("f32[2, 3]")
+    g = b.output(b.exp(b.reshape(x, shape=(2, -1))))
+    assert ops(run_canon(g)) == ["exp"]
+
+
+def test_cast_to_the_same_dtype_disappears_and_real_casts_stay():
+    b, (x,) = builder("f32[2]")
+    g = b.output(b.exp(b.cast(x, dtype="f32")), b.cast(x, dtype="i32"))
+    assert ops(run_canon(g)) == ["exp", "cast"]
+
+
+def test_broadcast_to_the_same_shape_disappears():
+    b, (x,) = builder("f32[2, 3]")
+    g = b.output(b.exp(b.broadcast_to(x, shape=(2, 3))))
+    assert ops(run_canon(g)) == ["exp"]
+
+
+def test_broadcast_chain_becomes_one():
+    b, (x,) = builder("f32[3]")
+    g = b.output(b.broadcast_to(b.broadcast_to(x, shape=(1, 3)), shape=(4, 3)))
+    after = run_canon(g)
+    assert ops(after) == ["broadcast_to"]
+    assert_same_results(g, after)
+
+
+def test_simplify_false_leaves_identities():
+    b, (x,) = builder("f32[3]")
+    g = b.output(b.mul(x, 1.0))
+    assert ops(run_canon(g, simplify=False)) == ["constant", "mul"]
+
+
+# ----- common subexpressions ---------------------------------------------------------------------
+def test_cse_merges_equal_nodes_and_chains():
+    b, (x,) = builder("f32[3]")
+    g = b.output(b.relu(b.exp(x)), b.relu(b.exp(x)))
+    after = run_canon(g)
+    assert ops(after) == ["exp", "relu"]
+    assert after.outputs[0] is after.outputs[1]
+
+
+def test_cse_keeps_different_attributes_operands_and_signed_zeros():
+    b, (x,) = builder("f32[2, 3]")
+    g = b.output(b.sum(x, axes=0), b.sum(x, axes=1), b.add(x, b.constant(0.5)), b.add(x, b.constant(-0.5)),
+                 b.div(b.constant(1.0), b.constant(0.0)), b.div(b.constant(1.0), b.constant(-0.0)))
+    after = run_canon(g)
+    assert ops(after).count("sum") == 2 and ops(after).count("add") == 2
+    assert_same_results(g, after)  # +inf and -inf stay apart
+
+
+def test_cse_never_merges_inputs_or_params():
+    b, (x, y) = builder("f32[3]", "f32[3]")
+    p = b.param("p", "f32[3]")
+    q = b.param("q", "f32[3]")
+    g = b.output(b.exp(x), b.exp(y), b.exp(p), b.exp(q))
+    after = run_canon(g)
+    assert ops(after) == ["exp"] * 4
+    assert [v.name for v in after.params] == ["p", "q"]
+
+
+# ----- dead code -------------------------------------------------------------------------------------
+def test_dead_nodes_and_dead_params_with_data_go_but_inputs_and_plain_params_stay():
+    b, (x,) = builder("f32[3]")
+    b.param("free", "f32[3]")
+    b.param("weights", "f32[3]", np.ones(3, np.float32))
+    b.exp(x)
+    g = b.output(b.relu(x))
+    after = run_canon(g)
+    assert ops(after) == ["relu"]
+    assert [v.name for v in after.params] == ["free"]
+    assert [v.name for v in after.inputs] == ["x0"]
+
+
+# ----- constant folding ------------------------------------------------------------------------------
+def test_uniform_result_folds_to_a_constant():
+    b, (x,) = builder("f32[2, 3]")
+    c = b.exp(b.add(b.constant(1.0, shape=(2, 3)), b.constant(2.0)))
+    g = b.output(b.mul(x, c))
+    after = run_canon(g)
+    assert ops(after) == ["constant", "mul"]
+    const = after.nodes[0]
+    assert const.attrs["shape"] == (2, 3) and const.attrs["value"] == pytest.approx(np.exp(np.float32(3.0)))
+    assert_same_results(g, after)
+
+
+def test_fold_to_one_then_simplify():
+    b, (x,) = builder("f32[3]")
+    g = b.output(b.mul(x, b.sub(b.constant(3.0), b.constant(2.0))))
+    assert ops(run_canon(g)) == []
+
+
+def test_non_uniform_result_folds_to_a_param_with_data():
+    b, (x,) = builder("f32[3]")
+    w = b.param("w", "f32[3]", np.array([1.0, 2.0, 3.0], np.float32))
+    g = b.output(b.add(x, b.mul(w, 2.0)))
+    after = run_canon(g)
+    assert ops(after) == ["add"]
+    (folded,) = after.params
+    np.testing.assert_array_equal(folded.data, [2.0, 4.0, 6.0])
+    assert_same_results(g, after)
+
+
+def test_params_without_data_are_not_folded():
+    b, (x,) = builder("f32[3]")
+    w = b.param("w", "f32[3]")
+    g = b.output(b.add(x, b.mul(w, 2.0)))
+    assert ops(run_canon(g)) == ["constant", "mul", "add"]
+
+
+def test_fold_limit_and_fold_switch():
+    b, (x,) = builder("f32[8]")
+    w = b.param("w", "f32[8]", np.arange(8, dtype=np.float32))
+    g = b.output(b.add(x, b.exp(w)))
+    assert ops(run_canon(g, fold_limit=4)) == ["exp", "add"]
+    assert ops(run_canon(g, fold=False)) == ["exp", "add"]
+    assert ops(run_canon(g)) == ["add"]
+
+
+def test_folding_skips_ops_that_fail_at_compile_time():
+    b = GraphBuilder("main")
+    table = b.param("table", "f32[2, 3]", np.zeros((2, 3), np.float32))
+    index = b.param("index", "i64[1]", np.array([5]))
+    g = b.output(b.gather(table, index))
+    assert ops(run_canon(g)) == ["gather"]
+
+
+def test_sources_are_not_folded():
+    b = GraphBuilder("main")
+    g = b.output(b.iota(shape=(2, 3)))
+    assert ops(run_canon(g)) == ["iota"]
+
+
+# ----- decomposition ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [
+    lambda b, x: b.softmax(x), lambda b, x: b.log_softmax(x, axis=0), lambda b, x: b.layer_norm(x),
+    lambda b, x: b.rms_norm(x), lambda b, x: b.attention(x, x, x, causal=True),
+])
+def test_composites_are_decomposed(make):
+    b, (x,) = builder("f32[2, 4, 8]")
+    g = b.output(make(b, x))
+    program = canonicalize(Program.unfused(g), CanonicalizeOptions(), PassContext())
+    assert not any(node.opdef.is_composite for node in program.graph.nodes)
+    assert program.properties == {"canonical", "decomposed"}
+    assert_same_results(g, program.graph)
+
+
+def test_decompose_false_keeps_composites():
+    b, (x,) = builder("f32[2, 8]")
+    g = b.output(b.softmax(b.mul(x, 1.0)))
+    program = canonicalize(Program.unfused(g), CanonicalizeOptions(decompose=False), PassContext())
+    assert ops(program.graph) == ["softmax"]
+    assert program.properties == {"canonical"}
+
+
+# ----- the pass as a whole ---------------------------------------------------------------------------
+def test_input_is_not_mutated_and_statistics_are_counted():
+    b, (x,) = builder("f32[2, 8]")
+    g = b.output(b.softmax(b.add(b.exp(x), 0.0)), b.exp(x))
+    text = print_graph(g)
+    ctx = PassContext()
+    PassManager("canonicalize,canonicalize").run(g, ctx)
+    assert print_graph(g) == text
+    stats = ctx.statistics["canonicalize"]
+    assert stats["decomposed"] == 1 and stats["simplified"] == 1 and stats["merged"] == 1
+    assert stats["nodes"] > 0
+
+
+def test_a_fused_program_is_re_derived_unfused():
+    b, (x,) = builder("f32[4]")
+    g = b.output(b.relu(b.exp(x)))
+    fused = replace(Program(g, (Kernel("k0", tuple(g.nodes), (("d0", 4),)),)), properties=frozenset({"fused"}))
+    ctx = PassContext()
+    program = canonicalize(fused, CanonicalizeOptions(), ctx)
+    assert len(program.kernels) == 2 and program.properties == {"canonical", "decomposed"}
+    assert ctx.diagnostics
+
+
+def test_canonicalize_graph_works_in_place():
+    b, (x,) = builder("f32[4]")
+    g = b.output(b.add(b.exp(x), b.exp(x)))
+    counts = canonicalize_graph(g)
+    assert counts["merged"] == 1 and ops(g) == ["exp", "add"]
+
+
+# ----- properties on random graphs -------------------------------------------------------------------
+def _params_by_name(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    return {v.name: a for v, a in reference.random_params(graph, seed).items() if v.data is None}
+
+
+@given(graph=graphs(max_nodes=10), data=st.data())
+def test_canonicalize_keeps_reference_results(graph, data):
+    inputs = data.draw(graph_inputs(graph))
+    params = _params_by_name(graph, seed=3)
+    expected = reference.run(graph, inputs, params=params)
+    program = PassManager("canonicalize").run(graph)  # verify_each is on
+    names = {v.name for v in program.graph.params}
+    got = reference.run(program.graph, inputs, params={k: v for k, v in params.items() if k in names})
+    for e, g, value in zip(expected, got, graph.outputs, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype, value
+        if value.dtype.is_float:
+            scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(e), 0, e)), initial=0.0)))
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5 * scale, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, e)
+
+
+@given(graph=graphs(max_nodes=10))
+def test_canonicalize_is_idempotent(graph):
+    once = PassManager("canonicalize").run(graph)
+    twice = PassManager("canonicalize").run(once)
+    assert print_program(twice) == print_program(once)
+    assert find_program_problems(once) == []
+
+
+def test_canonical_and_decomposed_are_checked_properties():
+    b, (x,) = builder("f32[2, 8]")
+    b.exp(x)
+    g = b.output(b.softmax(x))
+    claimed = replace(Program.unfused(g), properties=frozenset({"canonical", "decomposed"}))
+    problems = find_program_problems(claimed)
+    assert any("property canonical: %0 (exp) is dead code" in p for p in problems)
+    assert any("property decomposed:" in p and "softmax" in p for p in problems)
