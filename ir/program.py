@@ -17,12 +17,15 @@ from .graph import Graph, Node, Value
 class Kernel:
     """A fused group of nodes, in a valid order, run as one unit.
 
-    `tiles` maps loop names to tile sizes once the tiling pass has run (empty before).
+    `tiles` maps loop names to tile sizes once the tiling pass has run (empty before), outermost
+    loop first. `kind` says how the kernel runs: "generic" (the nodes' loop nests, fused) or
+    "attention" (a FlashAttention kernel: online softmax over key/value tiles).
     """
 
     name: str
     nodes: tuple[Node, ...]
     tiles: tuple[tuple[str, int], ...] = ()
+    kind: str = "generic"
 
     @property
     def node_set(self) -> frozenset[Node]:
@@ -55,6 +58,9 @@ class Kernel:
     def io_bytes(self) -> int:
         """Bytes the kernel reads and writes off-chip when its intermediates stay inside."""
         return sum(v.type.nbytes for v in self.inputs) + sum(v.type.nbytes for v in self.outputs)
+
+    def tile_sizes(self) -> dict[str, int]:
+        return dict(self.tiles)
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name}: {', '.join(n.op for n in self.nodes)}>"

@@ -1,0 +1,141 @@
+"""Target descriptions for fusion and tiling: the on-chip memory a tile must fit, and how data moves.
+
+A `Target` is plain data: the on-chip budget one tile's working set must fit (`onchip_bytes`: the
+L2 share of a CPU core, a GPU block's shared memory, an accelerator's scratchpad), whether the
+target double-buffers (then every off-chip tile is held twice, one being loaded while the other is
+used), the transfer granularity (`line_bytes`: a cache line, a GPU memory transaction, a DMA burst),
+how many tiles it runs at once (`parallel_units`), and the kind-specific sizes (cache levels,
+shared memory and threads per block, PE array) that describe the machine. Presets live as TOML
+files next to this module (`ir/targets/*.toml`) and load by name (`load_target("accel-small")`)
+or by path. A TOML file may group keys in tables (`[memory]`, `[cpu]`, ...); table names are only
+for reading, every key is one field below.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import TilegraphError
+
+PRESET_DIR = Path(__file__).parent / "targets"
+KINDS = ("cpu", "gpu", "accelerator")
+
+
+class TargetError(TilegraphError):
+    """An unknown preset or a malformed target description; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the tiling cost model needs to know about a machine (sizes in bytes, rates per second)."""
+
+    name: str
+    kind: str
+    onchip_bytes: int
+    double_buffer: bool = False
+    line_bytes: int = 64
+    parallel_units: int = 1
+    description: str = ""
+    # CPU caches
+    l1_bytes: int = 0
+    l2_bytes: int = 0
+    l3_bytes: int = 0
+    vector_bytes: int = 0
+    # GPU blocks
+    shared_memory_per_block: int = 0
+    max_threads_per_block: int = 0
+    warp_size: int = 0
+    registers_per_block: int = 0
+    # accelerator PE array
+    pe_rows: int = 0
+    pe_cols: int = 0
+    dataflow: str = ""
+    # rates
+    clock_ghz: float = 0.0
+    peak_flops: float = 0.0
+    dram_bandwidth: float = 0.0
+    dram_latency_ns: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise TargetError(f"target {self.name}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.onchip_bytes <= 0:
+            raise TargetError(f"target {self.name}: onchip_bytes must be positive, got {self.onchip_bytes}")
+        if self.line_bytes < 1 or self.parallel_units < 1:
+            raise TargetError(f"target {self.name}: line_bytes and parallel_units must be at least 1")
+
+    @property
+    def buffers(self) -> int:
+        """How many copies of each off-chip tile are resident: 2 when double-buffered."""
+        return 2 if self.double_buffer else 1
+
+    def describe(self) -> str:
+        buffering = "double-buffered" if self.double_buffer else "single-buffered"
+        return (f"{self.name} ({self.kind}): {_fmt_bytes(self.onchip_bytes)} on chip per tile, {buffering}, "
+                f"{self.line_bytes} B lines, {self.parallel_units} parallel unit(s)")
+
+
+def target_from_dict(data: dict[str, Any], default_name: str = "target") -> Target:
+    """Build a Target from TOML data: top-level keys and the keys of any tables, flattened."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        items = value.items() if isinstance(value, dict) else [(key, value)]
+        for inner, item in items:
+            if isinstance(item, dict):
+                raise TargetError(f"target {default_name}: table [{key}.{inner}] is nested too deep")
+            if inner in flat:
+                raise TargetError(f"target {default_name}: {inner} is given twice")
+            flat[inner] = item
+    flat.setdefault("name", default_name)
+    fields = {f.name: f for f in dataclasses.fields(Target)}
+    unknown = sorted(set(flat) - set(fields))
+    if unknown:
+        raise TargetError(f"target {flat['name']}: unknown field(s) {', '.join(unknown)}; "
+                          f"fields: {', '.join(fields)}")
+    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in flat]
+    if missing:
+        raise TargetError(f"target {flat['name']}: missing field(s) {', '.join(missing)}")
+    for name, value in flat.items():
+        expected = fields[name].type
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+              "bool": isinstance(value, bool), "str": isinstance(value, str)}.get(expected, True)
+        if not ok:
+            raise TargetError(f"target {flat['name']}: {name} must be {expected}, got {value!r}")
+        if expected == "float":
+            flat[name] = float(value)
+    return Target(**flat)
+
+
+def presets() -> list[str]:
+    """Names of the shipped presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def load_target(name_or_path: str | Path | Target) -> Target:
+    """A preset by name (`cpu`, `accel-small`, ...), a TOML file by path, or a Target as is."""
+    if isinstance(name_or_path, Target):
+        return name_or_path
+    path = Path(name_or_path)
+    if path.suffix != ".toml" and not path.exists():
+        path = PRESET_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            raise TargetError(f"unknown target {str(name_or_path)!r}; presets: {', '.join(presets())} "
+                              "(or give the path of a .toml file)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TargetError(f"{path}: no such target file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise TargetError(f"{path}: {e}") from None
+    return target_from_dict(data, path.stem)
+
+
+def _fmt_bytes(value: float) -> str:
+    for scale, prefix in ((2 ** 30, "Gi"), (2 ** 20, "Mi"), (2 ** 10, "Ki")):
+        if value >= scale:
+            return f"{value / scale:.4g} {prefix}B"
+    return f"{int(value)} B"

@@ -1,0 +1,175 @@
+"""Recognising decomposed attention and giving it a FlashAttention loop nest.
+
+The pattern, as canonicalize leaves `attention` (or as a user writes it):
+
+    kt = transpose(k)            (optional; any producer of the right operand works)
+    s0 = matmul(q, kt)           loops (batch.., i, j, d), d reduced
+    s  = f(s0, side operands)    a chain of elementwise ops: scale, mask (where/add), ...
+    m  = max(s, last axis, keepdims);  e = exp(s - m);  z = sum(e, last axis, keepdims)
+    p  = div(e, z)
+    o  = matmul(p, v)            loops (batch.., i, e, j), j reduced
+
+Side operands are kernel inputs or index-only subgraphs (iota, constant, comparisons: a causal
+mask), which join the kernel. Every value inside except `o` must be used only inside the pattern,
+so the L x S score matrix never has to exist. The kernel's loops are batch.. and i (parallel, the
+query tiles), j (the key/value loop: a *reduction* carried by the online softmax recurrence
+m' = max(m, rowmax(s)), l' = l*exp(m - m') + rowsum(exp(s - m')), acc' = acc*exp(m - m') +
+exp(s - m') @ v), and d and e (full: a tile holds whole rows of q, k, v). A tile's working set is
+then O(tile_i * d + tile_j * (d + e) + tile_i * tile_j), independent of the sequence lengths.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilegraph.ir.graph import Node, Value
+from tilegraph.ir.ops.registry import ELEMENTWISE, SOURCE
+from tilegraph.ir.structured import PARALLEL, REDUCTION
+
+from .domain import FULL, KernelDomain, Misaligned, kernel_domain, with_kinds
+
+MATMULS = ("matmul", "batch_matmul")
+MAX_CHAIN = 8
+
+
+@dataclass(frozen=True)
+class AttentionMatch:
+    """The nodes of one attention pattern (graph order) and the role of each core node."""
+
+    nodes: tuple[Node, ...]
+    qk: Node
+    score: Value  # s, the input of max and sub
+    max: Node
+    sub: Node
+    exp: Node
+    sum: Node
+    div: Node
+    pv: Node
+
+
+def _last_axis_keepdims(node: Node) -> bool:
+    rank = node.inputs[0].type.rank
+    return node.attrs.get("axes") == (rank - 1,) and node.attrs.get("keepdims") is True
+
+
+def _index_only(value: Value, memo: dict[Value, bool]) -> bool:
+    """Whether a value is computed from nothing but constants and loop indices (a causal mask)."""
+    if value in memo:
+        return memo[value]
+    node = value.producer
+    ok = node is not None and node.opdef.category in (SOURCE, ELEMENTWISE) and node.iteration_space() is not None \
+        and all(_index_only(v, memo) for v in node.inputs)
+    memo[value] = ok
+    return ok
+
+
+def _index_subgraph(value: Value, into: dict[Node, None]) -> None:
+    node = value.producer
+    if node is None or node in into:
+        return
+    for v in node.inputs:
+        _index_subgraph(v, into)
+    into[node] = None
+
+
+def match_attention(pv: Node) -> AttentionMatch | str | None:
+    """The attention pattern ending at matmul `pv`; a reason string when it looks like attention
+    but cannot be one kernel; None when it is not softmax(...) @ v at all."""
+    if pv.op not in MATMULS:
+        return None
+    div = pv.inputs[0].producer
+    if div is None or div.op != "div":
+        return None
+    e, z = div.inputs
+    exp, total = e.producer, z.producer
+    if exp is None or total is None or exp.op != "exp" or total.op != "sum" or total.inputs[0] is not e:
+        return None
+    sub = exp.inputs[0].producer
+    if sub is None or sub.op != "sub":
+        return None
+    s, m = sub.inputs
+    mx = m.producer
+    if mx is None or mx.op != "max" or mx.inputs[0] is not s:
+        return None
+    where = f"softmax(%{s.name}) @ %{pv.inputs[1].name}"
+    if not (_last_axis_keepdims(total) and _last_axis_keepdims(mx)):
+        return f"{where}: the softmax is not over the last axis of the scores"
+    if not s.type.dtype.is_float:
+        return f"{where}: scores are not floating point"
+
+    nodes: dict[Node, None] = {}
+    memo: dict[Value, bool] = {}
+    cur = s.producer
+    for _ in range(MAX_CHAIN + 1):
+        if cur is None:
+            return f"{where}: the scores are not computed by a matmul"
+        if cur.op in MATMULS:
+            break
+        if cur.opdef.category != ELEMENTWISE:
+            return f"{where}: %{cur.name} ({cur.op}) between the score matmul and the softmax is not elementwise"
+        path = [v for v in cur.inputs if v.type.shape == s.type.shape and v.type.dtype == s.type.dtype
+                and v.producer is not None and not _index_only(v, memo)]
+        if len(path) != 1:
+            return f"{where}: cannot tell which operand of %{cur.name} ({cur.op}) carries the scores"
+        for v in cur.inputs:
+            if v is not path[0] and _index_only(v, memo):
+                _index_subgraph(v, nodes)
+        nodes[cur] = None
+        cur = path[0].producer
+    else:
+        return f"{where}: more than {MAX_CHAIN} elementwise ops between the score matmul and the softmax"
+    qk = cur
+    kt = qk.inputs[1].producer
+    if kt is not None and kt.op == "transpose" and kt.users == [qk] and kt.result not in kt.graph.outputs:
+        nodes[kt] = None
+    for node in (qk, mx, sub, exp, total, div, pv):
+        nodes[node] = None
+    order = {n: i for i, n in enumerate(pv.graph.nodes)}
+    members = tuple(sorted(nodes, key=order.__getitem__))
+    inside = set(members)
+    outputs = set(pv.graph.outputs)
+    for node in members:
+        if node is pv:
+            continue
+        for value in node.results:
+            if value in outputs or any(u not in inside for u in value.users):
+                return (f"{where}: %{value.name} ({node.op}) is also used outside the pattern, so the "
+                        "score matrix would have to be materialised")
+    return AttentionMatch(members, qk, s, mx, sub, exp, total, div, pv)
+
+
+def attention_domain(match: AttentionMatch) -> KernelDomain:
+    """The generic alignment of the pattern's loops, with the FlashAttention loop kinds."""
+    domain = kernel_domain(match.nodes, align_inputs=False)
+    at = domain.index
+    pv_space = domain.spaces[at(match.pv)]
+    qk_space = domain.spaces[at(match.qk)]
+    j = domain.node_loops[at(match.max)][-1]
+    kv = domain.node_loops[at(match.pv)][pv_space.reduction_dims[0]]
+    d = domain.node_loops[at(match.qk)][qk_space.reduction_dims[0]]
+    e = domain.node_loops[at(match.pv)][pv_space.rank - 2]
+    if j is None:
+        raise Misaligned("a single key/value position: there is no key/value loop to stream")
+    if j != kv:
+        raise Misaligned("the softmax axis is not the key/value axis of the second matmul")
+    kinds = []
+    for k, loop in enumerate(domain.loops):
+        if k == j:
+            kinds.append(REDUCTION)
+        elif k in (d, e):
+            kinds.append(FULL)
+        elif loop.kind == PARALLEL:
+            kinds.append(PARALLEL)
+        else:
+            raise Misaligned(f"loop {loop.name} of the attention pattern is reduced outside the softmax")
+    return with_kinds(domain, kinds)
+
+
+def match_kernel(nodes: tuple[Node, ...]) -> AttentionMatch:
+    """The attention match of a kernel marked kind="attention" (its last P @ V matmul)."""
+    for node in reversed(nodes):
+        found = match_attention(node)
+        if isinstance(found, AttentionMatch):
+            if set(found.nodes) != set(nodes):
+                raise ValueError("attention kernel holds nodes outside its pattern")
+            return found
+    raise ValueError("kernel of kind attention holds no attention pattern")

@@ -1,0 +1,376 @@
+"""The fuse pass: group nodes into kernels using the structured-op description, not per-op rules.
+
+Greedy, in three rounds, each merge checked the same way:
+1. attention patterns become one FlashAttention kernel each (closed to further merges);
+2. every producer -> consumer edge, consumers in graph order (so an elementwise op joins its
+   producer's kernel as an epilogue before it could join its consumer as a prologue);
+3. siblings: kernels that read the same tensor through the same map share one tile of it.
+
+A merge is legal when the merged group is still a DAG node in the kernel graph (no cycle), its
+loops align (`domain.kernel_domain`), it has at most one contraction/window (two would recompute
+one per tile of the other), no contraction's reduction loop has to stay whole, and no row kept
+whole on chip exceeds `max_full_elements`. It is taken when it saves traffic and any recompute it
+causes (nodes that do not run over all the kernel's parallel loops) costs less than the traffic
+saved at the machine balance `flops_per_byte`. Nodes are never duplicated.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from tilegraph.ir.graph import Graph, Node
+from tilegraph.ir.ops.registry import REDUCTION as REDUCTION_OP
+from tilegraph.ir.program import Kernel, Program
+
+from ..registry import PassContext, register_pass
+from .attention import AttentionMatch, attention_domain, match_attention
+from .decisions import FusionDecision
+from .domain import (ANCHORS, FULL, KernelDomain, Misaligned, aligned_domain, structured_space,
+                     whole_anchor_loop)
+
+
+@dataclass(frozen=True)
+class FuseOptions:
+    """attention/prologues/siblings switch rules on; the rest feed the cost model."""
+
+    attention: bool = True  # FlashAttention kernels for decomposed attention
+    prologues: bool = True  # elementwise producers into matmul/conv (recomputed per tile of the other side)
+    siblings: bool = True  # consumers of one tensor share a kernel (multi-output)
+    flops_per_byte: float = 8.0  # machine balance: recompute is worth it when flops / this < bytes saved
+    nominal_tile: int = 64  # tile size assumed to estimate recompute before tiling
+    max_full_elements: int = 65536  # largest row (elements) a kernel may keep whole on chip
+
+
+def io_bytes(nodes: Iterable[Node]) -> int:
+    """Off-chip bytes of a node group run as one kernel: inputs read once, outputs written once."""
+    return Kernel("_", tuple(nodes)).io_bytes
+
+
+def recompute(domain: KernelDomain, nominal_tile: int) -> dict[Node, int]:
+    """Extra flops per node that misses some parallel loops (recomputed per tile of them)."""
+    extra = {}
+    for i, node in enumerate(domain.nodes):
+        missing = domain.missing_parallel(i)
+        if missing:
+            factor = math.prod(math.ceil(domain.loops[d].extent / nominal_tile) for d in missing)
+            extra[node] = node.flops() * (factor - 1)
+    return extra
+
+
+def anchors(nodes: Iterable[Node]) -> list[Node]:
+    return [n for n in nodes if n.opdef.category in ANCHORS]
+
+
+class _Groups:
+    """Node groups (future kernels) with the quotient-graph queries fusion needs."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.order = {n: i for i, n in enumerate(graph.nodes)}
+        self.of: dict[Node, int] = {n: i for i, n in enumerate(graph.nodes)}
+        self.members: dict[int, list[Node]] = {i: [n] for i, n in enumerate(graph.nodes)}
+        self.kind: dict[int, str] = {}
+        self.locked: set[int] = set()
+        self.domains: dict[int, KernelDomain] = {}
+        self.spaces = {n: structured_space(n) for n in graph.nodes}
+        self.last = {i: i for i in range(len(self.order))}  # latest node position in each group
+
+    def successors(self, group: int) -> set[int]:
+        return {self.of[u] for n in self.members[group] for u in n.users} - {group}
+
+    def _reaches(self, start: int, goal: int) -> bool:
+        """Whether `goal` is reachable from `start` through at least one other group.
+
+        Node positions are a topological order, so a group whose first node comes after the goal's
+        last node cannot lead back to the goal: the search skips it.
+        """
+        horizon = self.last[goal]
+        first = self.first
+        frontier = [g for g in self.successors(start) if g != goal and first(g) < horizon]
+        seen = set(frontier)
+        while frontier:
+            g = frontier.pop()
+            for h in self.successors(g):
+                if h == goal:
+                    return True
+                if h not in seen and first(h) < horizon:
+                    seen.add(h)
+                    frontier.append(h)
+        return False
+
+    def first(self, group: int) -> int:
+        return self.order[self.members[group][0]]
+
+    def creates_cycle(self, a: int, b: int) -> bool:
+        return self._reaches(a, b) or self._reaches(b, a)
+
+    def union(self, a: int, b: int) -> list[Node]:
+        return sorted(self.members[a] + self.members[b], key=self.order.__getitem__)
+
+    def merge(self, a: int, b: int, domain: KernelDomain, kind: str | None = None) -> int:
+        nodes = self.union(a, b)
+        self.last[a] = max(self.last[a], self.last.pop(b))
+        del self.members[b]
+        self.domains.pop(b, None)
+        self.members[a] = nodes
+        for n in nodes:
+            self.of[n] = a
+        self.domains[a] = domain
+        if kind:
+            self.kind[a] = kind
+        return a
+
+    def domain(self, group: int) -> KernelDomain | None:
+        if group not in self.domains:
+            try:
+                self.domains[group] = aligned_domain(self.members[group], self.spaces)
+            except Misaligned:
+                return None
+        return self.domains[group]
+
+    def kernels(self) -> list[Kernel]:
+        """Groups in a topological order of the kernel graph (ties: earliest node first)."""
+        import heapq
+
+        indegree = {g: 0 for g in self.members}
+        for g in self.members:
+            for h in self.successors(g):
+                indegree[h] += 1
+        first = {g: self.order[nodes[0]] for g, nodes in self.members.items()}
+        ready = [(first[g], g) for g, d in indegree.items() if d == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            _, g = heapq.heappop(ready)
+            out.append(g)
+            for h in self.successors(g):
+                indegree[h] -= 1
+                if indegree[h] == 0:
+                    heapq.heappush(ready, (first[h], h))
+        assert len(out) == len(self.members), "fusion produced a cycle between kernels"
+        return [Kernel(f"k{i}", tuple(self.members[g]), kind=self.kind.get(g, "generic")) for i, g in enumerate(out)]
+
+
+def _names(nodes: Iterable[Node]) -> tuple[str, ...]:
+    return tuple(n.name for n in nodes)
+
+
+def _illegal(domain: KernelDomain, options: FuseOptions) -> str | None:
+    """Why an aligned group still cannot be one kernel, or None."""
+    stuck = whole_anchor_loop(domain)
+    if stuck is not None:
+        node, loop = stuck
+        return (f"the reduction loop {loop.name} of %{node.name} ({node.op}) would have to stay whole in "
+                "every tile (a finished reduction feeds a node that runs over it)")
+    full = [domain.loops[d] for d in domain.loops_of_kind(FULL)]
+    size = math.prod(loop.extent for loop in full)
+    if full and size > options.max_full_elements:
+        return (f"it would keep {size} elements per row whole on chip (loops "
+                f"{', '.join(loop.name for loop in full)}; limit {options.max_full_elements})")
+    return None
+
+
+class _Fuser:
+    def __init__(self, graph: Graph, options: FuseOptions) -> None:
+        self.graph = graph
+        self.options = options
+        self.groups = _Groups(graph)
+        self.decisions: list[FusionDecision] = []
+        self.seen: set[FusionDecision] = set()
+
+    def record(self, rule: str, accepted: bool, a: Iterable[Node], b: Iterable[Node], via, reason: str,
+               saved: int = 0, flops: int = 0, recomputed: Iterable[Node] = ()) -> None:
+        decision = FusionDecision(rule, accepted, _names(a), _names(b), via.name if via else None,
+                                  reason, saved, flops, _names(recomputed))
+        if accepted or decision not in self.seen:  # the same refusal once
+            self.seen.add(decision)
+            self.decisions.append(decision)
+
+    # ----- rules ----------------------------------------------------------------------------------
+    def run(self) -> list[Kernel]:
+        for node in self.graph.nodes:
+            if self.groups.spaces[node] is None:
+                what = "a composite (canonicalize decomposes it)" if node.opdef.is_composite else "a layout op"
+                self.record("alone", False, [node], [], None, f"{node.op} is {what} without an iteration space: "
+                            "it runs as its own kernel")
+        if self.options.attention:
+            self.attention()
+        for node in self.graph.nodes:
+            for value in dict.fromkeys(node.inputs):
+                producer = value.producer
+                if producer is not None and self.groups.of[producer] != self.groups.of[node]:
+                    self.try_merge(self.groups.of[producer], self.groups.of[node], value, producer, node)
+        if self.options.siblings:
+            self.siblings()
+        return self.groups.kernels()
+
+    def attention(self) -> None:
+        for node in self.graph.nodes:
+            found = match_attention(node)
+            if found is None:
+                continue
+            if isinstance(found, str):
+                self.record("attention", False, [node], [], None, found)
+                continue
+            self.merge_attention(found)
+
+    def merge_attention(self, match: AttentionMatch) -> None:
+        groups = self.groups
+        ids = list(dict.fromkeys(groups.of[n] for n in match.nodes))
+        if any(g in groups.locked for g in ids):
+            self.record("attention", False, match.nodes, [], None, "overlaps another attention kernel")
+            return
+        try:
+            domain = attention_domain(match)
+        except Misaligned as e:
+            self.record("attention", False, match.nodes, [], None, e.reason)
+            return
+        if any(set(groups.members[g]) - set(match.nodes) for g in ids):
+            self.record("attention", False, match.nodes, [], None, "its nodes were already fused elsewhere")
+            return
+        first = ids[0]
+        for other in ids[1:]:
+            groups.members[first] += groups.members.pop(other)
+            groups.last[first] = max(groups.last[first], groups.last.pop(other))
+        groups.members[first].sort(key=groups.order.__getitem__)
+        for n in groups.members[first]:
+            groups.of[n] = first
+        groups.domains[first] = domain
+        groups.kind[first] = "attention"
+        groups.locked.add(first)
+        saved = sum(io_bytes([n]) for n in match.nodes) - io_bytes(match.nodes)
+        extra = recompute(domain, self.options.nominal_tile)
+        j = next(loop for loop in domain.loops if loop.kind == "reduction")
+        self.record("attention", True, match.nodes, [], match.pv.result,
+                    f"FlashAttention kernel: online softmax over key/value loop {j.name} ({j.extent} keys); "
+                    "the score matrix stays on chip", saved, sum(extra.values()), list(extra))
+
+    def siblings(self) -> None:
+        graph = self.graph
+        for value in list(graph.inputs) + list(graph.params) + [v for n in graph.nodes for v in n.results]:
+            users = value.users
+            for user in users[1:]:
+                ga, gb = self.groups.of[users[0]], self.groups.of[user]
+                owner = self.groups.of.get(value.producer) if value.producer is not None else None
+                if ga != gb and owner not in (ga, gb):
+                    self.try_merge(ga, gb, value, None, None, sibling=True)
+
+    # ----- the merge check --------------------------------------------------------------------
+    def rule(self, a: list[Node], b: list[Node], producer: Node | None, consumer: Node | None) -> str:
+        if consumer is None:
+            return "sibling"
+        if consumer.opdef.category in ANCHORS and producer not in anchors(a):
+            return "prologue"
+        if anchors(a):
+            return "epilogue"
+        if REDUCTION_OP in (producer.opdef.category, consumer.opdef.category) or any(
+                n.opdef.category == REDUCTION_OP for n in a + b):
+            return "reduction"
+        return "elementwise"
+
+    def try_merge(self, ga: int, gb: int, via, producer: Node | None, consumer: Node | None,
+                  sibling: bool = False) -> bool:
+        groups, options = self.groups, self.options
+        a, b = groups.members[ga], groups.members[gb]
+        rule = self.rule(a, b, producer, consumer)
+
+        def refuse(reason: str, saved: int = 0, flops: int = 0) -> bool:
+            self.record(rule, False, a, b, via, reason, saved, flops)
+            return False
+
+        if any(groups.spaces[n] is None for n in a + b):
+            return False  # recorded once per node ("alone")
+        if ga in groups.locked or gb in groups.locked:
+            return refuse("an attention kernel takes no other nodes")
+        if rule == "prologue" and not options.prologues:
+            return refuse("prologue fusion is switched off")
+        found = anchors(a + b)
+        if len(found) > 1:
+            return refuse(f"two contractions/windows (%{found[0].name} {found[0].op}, %{found[1].name} "
+                          f"{found[1].op}): one would be recomputed for every tile of the other")
+        if groups.creates_cycle(ga, gb):
+            return refuse("a path between them runs through another kernel: merging would create a cycle")
+        merged = groups.union(ga, gb)
+        try:
+            domain = aligned_domain(merged, groups.spaces)
+        except Misaligned as e:
+            return refuse(e.reason)
+        problem = _illegal(domain, options)
+        if problem is not None:
+            return refuse(problem)
+        if sibling and not self.shares_tile(domain, via, a, b):
+            return refuse(f"they read %{via.name} through different maps: no tile of it is shared")
+        saved = io_bytes(a) + io_bytes(b) - io_bytes(merged)
+        before = {}
+        for g in (ga, gb):
+            part = groups.domain(g)
+            if part is not None:
+                before.update(recompute(part, options.nominal_tile))
+        after = recompute(domain, options.nominal_tile)
+        recomputed = [n for n, f in after.items() if n not in before or f > before[n]]
+        flops = sum(after[n] - before.get(n, 0) for n in recomputed)
+        if saved <= 0:
+            return refuse("saves no off-chip traffic", saved, flops)
+        if flops and flops / options.flops_per_byte >= saved:
+            return refuse(f"recomputing {flops} flops costs more than the {saved} bytes it saves "
+                          f"(at {options.flops_per_byte:g} flops/byte)", saved, flops)
+        groups.merge(ga, gb, domain)
+        reason = f"loops {domain.describe()}; saves {saved} bytes"
+        if flops or recomputed:
+            reason += f"; recompute {flops} flops < {saved} bytes x {options.flops_per_byte:g} flops/byte"
+        self.record(rule, True, a, b, via, reason, saved, flops, recomputed)
+        return True
+
+    @staticmethod
+    def shares_tile(domain: KernelDomain, value, a: list[Node], b: list[Node]) -> bool:
+        """Whether both sides read `value` through one map that runs over some loop."""
+        maps = {}
+        for side, nodes in (("a", a), ("b", b)):
+            for n in nodes:
+                i = domain.index(n)
+                for v, amap in zip(n.inputs, domain.spaces[i].inputs):
+                    if v is value:
+                        maps.setdefault(side, set()).add(domain.compose_map(i, amap))
+        common = maps.get("a", set()) & maps.get("b", set())
+        return any(any(e.terms for e in m.exprs) for m in common)
+
+
+def fuse_graph(graph: Graph, options: FuseOptions = FuseOptions()) -> tuple[list[Kernel], list[FusionDecision]]:
+    """Kernels (in execution order) and every decision taken or refused."""
+    fuser = _Fuser(graph, options)
+    kernels = fuser.run()
+    return kernels, fuser.decisions
+
+
+@register_pass("fuse", FuseOptions, requires={"canonical"}, ensures={"fused"})
+def fuse(program: Program, options: FuseOptions, ctx: PassContext) -> Program:
+    """Group nodes into kernels: elementwise chains, prologues/epilogues, reductions, siblings, attention."""
+    kernels, decisions = fuse_graph(program.graph, options)
+    before = io_bytes_unfused(program.graph)
+    after = sum(k.io_bytes for k in kernels)
+    ctx.stat("fuse", "nodes", len(program.graph.nodes))
+    ctx.stat("fuse", "kernels", len(kernels))
+    ctx.stat("fuse", "attention kernels", sum(k.kind == "attention" for k in kernels))
+    ctx.stat("fuse", "merges taken", sum(d.accepted for d in decisions))
+    ctx.stat("fuse", "merges refused", sum(not d.accepted for d in decisions))
+    ctx.stat("fuse", "bytes before", before)
+    ctx.stat("fuse", "bytes after", after)
+    return replace(program, kernels=tuple(kernels), properties=program.properties | {"fused"},
+                   notes={**program.notes, "fusion": decisions})
+
+
+def io_bytes_unfused(graph: Graph) -> int:
+    """Off-chip bytes when every node is its own kernel."""
+    return sum(io_bytes([n]) for n in graph.nodes)
+
+
+def kernel_domain_of(kernel: Kernel) -> KernelDomain:
+    """The loop domain of a kernel of a fused Program (attention kernels get their flash kinds)."""
+    if kernel.kind == "attention":
+        from .attention import match_kernel
+
+        return attention_domain(match_kernel(kernel.nodes))
+    return aligned_domain(kernel.nodes)
+
+
+__all__ = ["fuse", "FuseOptions", "fuse_graph", "kernel_domain_of", "io_bytes", "io_bytes_unfused", "recompute"]

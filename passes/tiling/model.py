@@ -1,0 +1,177 @@
+"""The analytic cost model of one tiling: working set, off-chip traffic, parallelism, lower bound.
+
+All of it comes from the kernel's accesses (`KernelDomain.accesses`: each tensor's affine map over
+kernel loops). For tile sizes t, an access's footprint on axis a is `1 + sum |c| * (t_l - 1)` over
+the loops l of that axis' expression (`AffineExpr.range` over the tile), clipped to the axis size.
+Off-chip tiles are counted in whole transfer lines (cache lines, DMA bursts) per contiguous run.
+
+- working set: every access's footprint, off-chip ones times `target.buffers` (double buffering);
+- traffic: loops run in an order (parallel loops, then reduction loops innermost); an off-chip
+  tile is (re)loaded or stored whenever a loop it depends on advances, and also when any loop
+  outside its innermost such loop advances (it was evicted in between). So an access depending on
+  loops D moves `footprint * prod(trips of loops up to the innermost loop of D with > 1 trip)`;
+- parallelism: the number of tiles of the parallel loops.
+
+Everything is vectorised over a batch of candidate tilings (rows of an int array).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
+from tilegraph.ir.structured import PARALLEL, REDUCTION
+from tilegraph.ir.target import Target
+
+from ..fusion.domain import Access, KernelDomain
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Per candidate tiling (arrays of one length): working set and traffic in bytes, tiles in parallel."""
+
+    working_set: np.ndarray
+    traffic: np.ndarray
+    parallel: np.ndarray
+    order: np.ndarray  # index into the loop orders tried
+
+
+def footprint(access: Access, tiles: np.ndarray, line_bytes: int = 1) -> np.ndarray:
+    """Bytes of one tile of `access` for each row of `tiles` ([n, loops]).
+
+    With `line_bytes` > 1 the tile is counted in whole lines: it is a set of contiguous runs (the
+    innermost axes it covers completely, times its span on the next axis), each rounded up.
+    """
+    shape = access.value.type.shape
+    itemsize = access.value.type.dtype.itemsize
+    rows = tiles.shape[0]
+    run = np.full(rows, float(itemsize))
+    runs = np.ones(rows)
+    contiguous = np.ones(rows, dtype=bool)
+    for expr, size in reversed(list(zip(access.map.exprs, shape))):
+        span = np.ones(rows)
+        for loop, coeff in expr.terms:
+            span += abs(coeff) * (tiles[:, loop] - 1)
+        span = np.minimum(span, size)
+        run = np.where(contiguous, run * span, run)
+        runs = np.where(contiguous, runs, runs * span)
+        contiguous &= span >= size
+    if line_bytes > 1:
+        run = np.ceil(run / line_bytes) * line_bytes
+    return run * runs
+
+
+def loop_orders(domain: KernelDomain) -> list[list[int]]:
+    """Orders tried (outermost first): parallel loops in kernel order, or with one of them moved
+    innermost among the parallel loops; reduction loops always inside; full loops have one trip."""
+    par = list(domain.loops_of_kind(PARALLEL))
+    red = list(domain.loops_of_kind(REDUCTION))
+    orders = [par + red]
+    for k in range(len(par) - 1):
+        moved = par[:k] + par[k + 1:] + [par[k]]
+        orders.append(moved + red)
+    return orders
+
+
+def moves(access: Access, trips: np.ndarray, order: Sequence[int]) -> np.ndarray:
+    """How many times the tile of `access` is loaded (or stored) in loop order `order`."""
+    count = np.ones(trips.shape[0], dtype=np.float64)
+    seen = np.zeros(trips.shape[0], dtype=bool)
+    for loop in reversed(order):
+        seen |= (loop in access.loops) & (trips[:, loop] > 1)
+        count *= np.where(seen, trips[:, loop], 1)
+    return count
+
+
+def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray) -> Costs:
+    """Working set, traffic (best loop order) and parallelism of every candidate tiling."""
+    extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
+    trips = np.ceil(extents[None, :] / tiles) if len(extents) else np.ones((tiles.shape[0], 0))
+    working = np.zeros(tiles.shape[0])
+    offchip = []
+    for access in domain.accesses:
+        if access.role == "internal":
+            working += footprint(access, tiles)
+        else:
+            size = footprint(access, tiles, target.line_bytes)
+            working += target.buffers * size
+            offchip.append((access, size))
+    orders = loop_orders(domain)
+    traffic = np.stack([sum((moves(a, trips, order) * size for a, size in offchip), np.zeros(tiles.shape[0]))
+                        for order in orders])
+    best = np.argmin(traffic, axis=0)
+    parallel = np.prod(trips[:, list(domain.loops_of_kind(PARALLEL))], axis=1) if len(extents) else \
+        np.ones(tiles.shape[0])
+    return Costs(working, traffic[best, np.arange(tiles.shape[0])], parallel, best)
+
+
+def _distinct(expr, extents: Sequence[int], size: int) -> int:
+    """How many indices in [0, size) an axis expression takes over the whole loop domain."""
+    terms = [(extents[loop], coeff) for loop, coeff in expr.terms if extents[loop] > 1]
+    if not terms:
+        return 1 if 0 <= expr.const < size else 0
+    if math.prod(e for e, _ in terms) > 1 << 21:  # too many points to list: the span (an over-count)
+        lo, hi = expr.range(extents)
+        return max(0, min(hi, size - 1) - max(lo, 0) + 1)
+    values = np.full((1,) * len(terms), expr.const, dtype=np.int64)
+    for axis, (extent, coeff) in enumerate(terms):
+        shape = [1] * len(terms)
+        shape[axis] = extent
+        values = values + coeff * np.arange(extent).reshape(shape)
+    values = np.unique(values)
+    return int(np.count_nonzero((values >= 0) & (values < size)))
+
+
+def compulsory_bytes(domain: KernelDomain) -> int:
+    """Every off-chip element touched, read once, and every result written once.
+
+    The axes of one access run over disjoint loops (no op indexes two axes by one loop), so the
+    elements touched are the product of the indices touched per axis (strides and padding counted).
+    """
+    extents = [loop.extent for loop in domain.loops]
+    best: dict = {}
+    for access in domain.accesses:
+        if access.role != "internal":
+            shape = access.value.type.shape
+            size = math.prod(_distinct(e, extents, n) for e, n in zip(access.map.exprs, shape))
+            size *= access.value.type.dtype.itemsize
+            best[(access.value, access.role)] = max(best.get((access.value, access.role), 0), size)
+    return sum(best.values())
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    bytes: int
+    source: str  # "compulsory", "hong-kung", "attention"
+
+
+def lower_bound(domain: KernelDomain, kind: str, target: Target) -> LowerBound:
+    """The larger of compulsory traffic and the red-blue pebble bound of the kernel's main loop nest.
+
+    Contraction/window: Hong-Kung, 2 * points / sqrt(S) words for S words on chip (for matmul
+    2MNK/sqrt(S)). Attention: L * S * d * e / M words (the FlashAttention I/O bound N^2 d^2 / M,
+    constant 1), batch included.
+    """
+    compulsory = compulsory_bytes(domain)
+    best = LowerBound(compulsory, "compulsory")
+    for i, node in enumerate(domain.nodes):
+        space = domain.spaces[i]
+        if space is None:
+            continue
+        itemsize = node.results[0].type.dtype.itemsize
+        words = target.onchip_bytes / itemsize
+        if kind == "attention":
+            if node.op in ("matmul", "batch_matmul") and i == len(domain.nodes) - 1:
+                qk = next(n for n in domain.nodes if n.op in ("matmul", "batch_matmul"))
+                d = qk.inputs[0].type.shape[-1]
+                bound = space.points * d / words * itemsize
+                if bound > best.bytes:
+                    best = LowerBound(int(bound), "attention")
+        elif node.opdef.category in (CONTRACTION, WINDOW):
+            bound = 2 * space.points / math.sqrt(words) * itemsize
+            if bound > best.bytes:
+                best = LowerBound(int(bound), "hong-kung")
+    return best

@@ -1,0 +1,188 @@
+"""The tile pass: tile sizes for every kernel's loops from the target's on-chip budget.
+
+Per kernel: its loop domain (`fusion.kernel_domain_of`), then `search.search` for the fitting
+tiling with least traffic. A kernel whose smallest tile does not fit keeps whole rows on chip
+(full loops: a persistent softmax/normalisation row), or whose whole rows cost more traffic than
+streaming them, is split into several kernels at its reduction boundaries, each of which then
+streams its reduction (`split_stages`). Splitting along a parallel loop would not help: parallel
+loops already tile down to 1. Layout kernels
+(reshape, concat, gather) and undecomposed composites have no loops: they are streamed copies
+whose working set is one chunk and whose traffic is their input and output.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from tilegraph.ir.errors import TilegraphError
+from tilegraph.ir.graph import Node
+from tilegraph.ir.program import Kernel, Program
+from tilegraph.ir.target import Target, load_target
+
+from ..fusion.domain import FULL, KernelDomain
+from ..fusion.fuse import kernel_domain_of
+from ..registry import PassContext, register_pass
+from .model import lower_bound
+from .search import Tiling, cost_of, search
+
+COPY_CHUNK = 4096  # bytes a layout kernel moves per step, per operand (less if the budget is smaller)
+
+
+class TilingError(TilegraphError):
+    """A kernel that cannot fit the target's on-chip budget at any tiling."""
+
+
+@dataclass(frozen=True)
+class TileOptions:
+    """target: a preset name or a .toml path; max_candidates bounds the tilings tried per kernel."""
+
+    target: str = "cpu"
+    max_candidates: int = 200_000
+
+
+@dataclass(frozen=True)
+class TileReport:
+    """What the tile pass chose for one kernel, and how good it is.
+
+    `traffic` is the modelled off-chip bytes of the chosen tiling, `lower_bound` the I/O lower
+    bound of the kernel (`bound` names which one), `working_set` the bytes of one tile including
+    double buffering, `recompute` the total flops run over the kernel's own flops (1.0: none).
+    """
+
+    kernel: str
+    kind: str
+    tiles: tuple[tuple[str, int], ...]
+    working_set: int
+    budget: int
+    traffic: int
+    lower_bound: int
+    bound: str
+    parallel_tiles: int
+    recompute: float
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.traffic / self.lower_bound if self.lower_bound else 1.0
+
+
+def recompute_factor(domain: KernelDomain, tiles: dict[str, int]) -> float:
+    """Flops run with these tiles over the flops of the kernel's nodes (>1 when some are recomputed)."""
+    own = total = 0
+    for i, node in enumerate(domain.nodes):
+        flops = node.flops()
+        trips = math.prod(math.ceil(domain.loops[d].extent / tiles.get(domain.loops[d].name, domain.loops[d].extent))
+                          for d in domain.missing_parallel(i))
+        own += flops
+        total += flops * trips
+    return total / own if own else 1.0
+
+
+def split_stages(domain: KernelDomain) -> list[tuple[Node, ...]]:
+    """The kernel's nodes cut into pieces that need no whole rows.
+
+    A node starts a new piece when it runs over a loop that an upstream node of its piece reduces
+    (it needs the finished reduction), or when it runs over any reduced loop downstream of a
+    reduction (a streamed reduction cannot feed another streamed node in the same tile loop).
+    """
+    position = {n: i for i, n in enumerate(domain.nodes)}
+    reduced = frozenset().union(*[domain.reduces(i) for i in range(len(domain.nodes))])
+    stage: list[int] = []
+    pending: list[frozenset[int]] = []
+    for i, node in enumerate(domain.nodes):
+        mine, reduces = domain.iterates(i), domain.reduces(i)
+        producers = [position[v.producer] for v in node.inputs if v.producer in position]
+        s = max((stage[j] + (1 if pending[j] & mine or (pending[j] and mine & reduced) else 0) for j in producers),
+                default=0)
+        carried = frozenset().union(*[pending[j] for j in producers if stage[j] == s]) if producers else frozenset()
+        stage.append(s)
+        pending.append(carried | reduces)
+    return [tuple(n for n, s in zip(domain.nodes, stage) if s == k) for k in sorted(set(stage))]
+
+
+def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptions()) -> list[tuple[Kernel, TileReport]]:
+    """The tiled kernel, or the kernels it was split into, with a report for each.
+
+    A generic kernel keeping whole rows (full loops) is split at its reduction boundaries when
+    no tiling fits, or when the pieces together move fewer bytes than the best fitting tiling.
+    """
+    domain = kernel_domain_of(kernel)
+    budget = target.onchip_bytes
+    if not domain.structured:
+        moved = kernel.io_bytes
+        chunk = min(COPY_CHUNK, budget // (2 * target.buffers))
+        working = min(moved, target.buffers * 2 * chunk)
+        note = "layout copy, streamed in chunks" if not kernel.nodes[0].opdef.is_composite else \
+            "composite run whole (not decomposed)"
+        report = TileReport(kernel.name, kernel.kind, (), working, budget, moved, moved, "compulsory", 1, 1.0, note)
+        return [(kernel, report)]
+    found = search(domain, target, options.max_candidates)
+    stages = split_stages(domain) if kernel.kind == "generic" and domain.loops_of_kind(FULL) else []
+    if len(stages) >= 2:
+        # cut after the first stage only; each side decides again whether to split further
+        pieces = [stages[0], tuple(n for n in kernel.nodes if n not in set(stages[0]))]
+        split = []
+        for s, nodes in enumerate(pieces):
+            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options)
+        moved = sum(r.traffic for _, r in split)
+        if found is None or moved < found.traffic:
+            why = ("its smallest tile does not fit" if found is None else
+                   f"whole rows on chip cost {found.traffic} bytes of traffic, the pieces {moved}")
+            return [(k, replace(r, note=f"split from {kernel.name}: {why}" + (f"; {r.note}" if r.note else "")))
+                    for k, r in split]
+    if found is None:
+        smallest = cost_of(domain, target, {loop.name: 1 for loop in domain.loops if loop.kind != FULL})
+        whole = [loop.name for loop in domain.loops if loop.kind == FULL]
+        raise TilingError(f"kernel {kernel.name} ({', '.join(n.op for n in kernel.nodes)}) needs "
+                          f"{smallest.working_set} bytes even with the smallest tiles "
+                          f"(whole loops: {', '.join(whole) or 'none'}), over the {target.onchip_bytes}-byte "
+                          f"budget of target {target.name}")
+    return [_finish(kernel, domain, target, found)]
+
+
+def _finish(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling) -> tuple[Kernel, TileReport]:
+    tiles = tuple((domain.loops[i].name, found.tiles[i]) for i in found.order)
+    bound = lower_bound(domain, kernel.kind, target)
+    report = TileReport(kernel.name, kernel.kind, tiles, found.working_set, target.onchip_bytes, found.traffic,
+                        bound.bytes, bound.source, found.parallel, recompute_factor(domain, dict(tiles)))
+    return replace(kernel, tiles=tiles), report
+
+
+def tile_program(program: Program, target: Target, options: TileOptions = TileOptions()) -> tuple[list[Kernel], list[TileReport]]:
+    kernels, reports = [], []
+    for kernel in program.kernels:
+        for tiled, report in tile_kernel(kernel, target, options):
+            kernels.append(tiled)
+            reports.append(report)
+    return kernels, reports
+
+
+@register_pass("tile", TileOptions, requires={"fused"}, ensures={"tiled"})
+def tile(program: Program, options: TileOptions, ctx: PassContext) -> Program:
+    """Pick tile sizes per kernel: the working set fits the target, traffic is minimal."""
+    target = load_target(options.target)
+    kernels, reports = tile_program(program, target, options)
+    ctx.stat("tile", "target", target.name)
+    ctx.stat("tile", "kernels split", sum(1 for r in reports if r.note.startswith("split")))
+    ctx.stat("tile", "traffic bytes", sum(r.traffic for r in reports))
+    ctx.stat("tile", "lower bound bytes", sum(r.lower_bound for r in reports))
+    ctx.stat("tile", "largest working set", max((r.working_set for r in reports), default=0))
+    return replace(program, kernels=tuple(kernels), properties=program.properties | {"tiled"},
+                   notes={**program.notes, "tiling": reports, "target": target.name})
+
+
+def format_tiling(program: Program) -> str:
+    """One line per kernel: tiles, working set against budget, traffic against the lower bound."""
+    reports = program.notes.get("tiling", ())
+    if not reports:
+        return "tiling: not run"
+    lines = [f"tiling for target {program.notes.get('target', '?')}:"]
+    for r in reports:
+        tiles = ", ".join(f"{name}={size}" for name, size in r.tiles) or "-"
+        kind = "" if r.kind == "generic" else f" <{r.kind}>"
+        extra = f" [{r.note}]" if r.note else ""
+        lines.append(f"  {r.kernel}{kind}: tiles {tiles}; working set {r.working_set}/{r.budget} B; "
+                     f"traffic {r.traffic} B vs {r.bound} bound {r.lower_bound} B ({r.ratio:.2f}x); "
+                     f"{r.parallel_tiles} parallel tiles; recompute {r.recompute:.2f}x{extra}")
+    return "\n".join(lines)
+

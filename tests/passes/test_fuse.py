@@ -1,0 +1,286 @@
+"""fuse: kernels from the structured-op description, every decision recorded, no cycles, no hidden recompute."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from strategies import graphs
+
+from tilegraph.ir import DType, GraphBuilder
+from tilegraph.ir.program import Program
+from tilegraph.passes import PassManager
+from tilegraph.passes.fusion import (FuseOptions, FusionDecision, format_fusion_decisions, fuse_graph, kernel_domain_of,
+                                     match_kernel)
+from tilegraph.passes.fusion.decisions import RULES
+from tilegraph.passes.fusion.domain import FULL
+from tilegraph.ir.structured import PARALLEL, REDUCTION
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def fused(graph, options: str = "") -> Program:
+    return PassManager(f"canonicalize,fuse{options}").run(graph)
+
+
+def kernel_of(program: Program, op: str):
+    return next(k for k in program.kernels for n in k.nodes if n.op == op)
+
+
+def ops(kernel) -> list[str]:
+    return [n.op for n in kernel.nodes]
+
+
+# ----- hand-written cases --------------------------------------------------------------------------
+def test_matmul_bias_relu_is_one_kernel():
+    b = GraphBuilder("mlp")
+    x, w, bias = b.input("x", [8, 16]), b.param("w", [16, 32]), b.param("b", [32])
+    b.output(b.relu(b.add(b.matmul(x, w), bias)))
+    program = fused(b.graph)
+    assert [ops(k) for k in program.kernels] == [["matmul", "add", "relu"]]
+    domain = kernel_of(program, "matmul")
+    loops = kernel_domain_of(domain).loops
+    assert [loop.kind for loop in loops] == [PARALLEL, PARALLEL, REDUCTION]
+    rules = {d.rule for d in program.notes["fusion"] if d.accepted}
+    assert rules == {"epilogue"}
+
+
+def test_softmax_is_one_kernel_with_a_whole_row():
+    b = GraphBuilder("sm")
+    b.output(b.softmax(b.input("x", [4, 10]), axis=-1))
+    program = fused(b.graph)
+    assert len(program.kernels) == 1
+    assert sorted(ops(program.kernels[0])) == sorted(["max", "sub", "exp", "sum", "div"])
+    kinds = [loop.kind for loop in kernel_domain_of(program.kernels[0]).loops]
+    assert kinds == [PARALLEL, FULL]
+
+
+def test_layer_norm_is_one_kernel():
+    b = GraphBuilder("ln")
+    x = b.input("x", [6, 32])
+    b.output(b.layer_norm(x, b.param("scale", [32]), b.param("shift", [32])))
+    program = fused(b.graph)
+    assert len(program.kernels) == 1
+    assert ops(program.kernels[0]).count("mean") == 2
+
+
+def _attention_graph(length=16, causal=True, mask=False, batch=2, width=8):
+    b = GraphBuilder("att")
+    q, k, v = (b.input(n, [batch, length, width]) for n in "qkv")
+    extra = [b.input("mask", [length, length], DType.bool)] if mask else []
+    b.output(b.attention(q, k, v, *extra, causal=causal))
+    return b.graph
+
+
+@pytest.mark.parametrize("causal, mask", [(True, False), (False, True), (False, False)])
+def test_attention_is_one_flash_kernel(causal, mask):
+    program = fused(_attention_graph(causal=causal, mask=mask))
+    (kernel,) = program.kernels
+    assert kernel.kind == "attention"
+    match = match_kernel(kernel.nodes)
+    domain = kernel_domain_of(kernel)
+    kv = domain.loops_of_kind(REDUCTION)
+    assert len(kv) == 1 and domain.node_loops[domain.index(match.max)][-1] == kv[0]
+    assert len(domain.loops_of_kind(FULL)) == 2  # head widths d and e stay whole
+    if causal:
+        assert {"iota", "le"} <= set(ops(kernel))
+
+
+def test_attention_weights_used_outside_are_not_flash():
+    b = GraphBuilder("att")
+    q, k, v = (b.input(n, [8, 4]) for n in "qkv")
+    weights = b.softmax(b.matmul(q, b.transpose(k)), axis=-1)
+    b.output(b.matmul(weights, v), weights)
+    program = fused(b.graph)
+    assert all(k.kind == "generic" for k in program.kernels)
+    refused = [d for d in program.notes["fusion"] if d.rule == "attention" and not d.accepted]
+    assert refused and "outside the pattern" in refused[0].reason
+
+
+def test_conv_bias_relu_epilogue():
+    b = GraphBuilder("conv")
+    x, w, bias = b.input("x", [1, 3, 8, 8]), b.param("w", [4, 3, 3, 3]), b.param("b", [4])
+    y = b.add(b.conv2d(x, w, padding=1), b.reshape(bias, shape=[4, 1, 1]))
+    b.output(b.relu(y))
+    program = fused(b.graph)
+    assert ops(kernel_of(program, "conv2d")) == ["conv2d", "reshape", "add", "relu"]  # the bias view joins too
+
+
+def test_reshapes_that_split_or_merge_axes_are_affine():
+    from tilegraph.ir.structured import run_loops
+    from tilegraph.passes.fusion.domain import reshape_space
+
+    for source, target in (((64, 128), (64, 4, 32)), ((4, 2, 3), (8, 3)), ((1, 6, 1), (2, 1, 3)), ((), (1, 1)),
+                           ((2, 6), (4, 3))):
+        space = reshape_space(source, target)
+        x = np.arange(math.prod(source), dtype=np.float32).reshape(source)
+        (y,) = run_loops(space, [x], [target], [DType.f32])
+        assert np.array_equal(y, x.reshape(target))
+    assert reshape_space((4, 6), (6, 4)) is None  # axes straddle: needs div/mod
+    b = GraphBuilder("heads")
+    x = b.input("x", [8, 16])
+    b.output(b.transpose(b.reshape(x, shape=[8, 4, 4]), perm=[1, 0, 2]))
+    assert len(fused(b.graph).kernels) == 1
+
+
+def test_window_reads_refuse_a_fused_producer():
+    b = GraphBuilder("pool")
+    b.output(b.max_pool2d(b.relu(b.input("x", [1, 2, 8, 8])), kernel=2))
+    program = fused(b.graph)
+    assert len(program.kernels) == 2
+    refused = [d for d in program.notes["fusion"] if not d.accepted]
+    assert any("a tile would need data another tile computes" in d.reason for d in refused)
+
+
+def test_siblings_share_their_input():
+    b = GraphBuilder("sib")
+    x = b.input("x", [16, 16])
+    b.output(b.relu(x), b.sigmoid(x))
+    program = fused(b.graph)
+    assert len(program.kernels) == 1 and len(program.kernels[0].outputs) == 2
+    assert any(d.rule == "sibling" and d.accepted for d in program.notes["fusion"])
+    assert len(fused(b.graph, "{siblings=false}").kernels) == 2
+
+
+def test_prologue_recompute_follows_the_cost_model():
+    b = GraphBuilder("pro")
+    x, w = b.input("x", [64, 32]), b.param("w", [32, 512])
+    b.output(b.matmul(b.exp(x), w))
+    program = fused(b.graph)
+    (kernel,) = program.kernels
+    (taken,) = [d for d in program.notes["fusion"] if d.accepted]
+    assert taken.rule == "prologue" and taken.recomputed == (kernel.nodes[0].name,)
+    assert 0 < taken.recompute_flops / FuseOptions().flops_per_byte < taken.saved_bytes
+    cheap_memory = fused(b.graph, "{flops_per_byte=0.001}")
+    assert len(cheap_memory.kernels) == 2
+    assert any("recomputing" in d.reason for d in cheap_memory.notes["fusion"] if not d.accepted)
+
+
+def test_two_contractions_stay_apart():
+    b = GraphBuilder("mm2")
+    x = b.input("x", [8, 8])
+    b.output(b.matmul(b.relu(b.matmul(x, b.param("w1", [8, 8]))), b.param("w2", [8, 8])))
+    program = fused(b.graph)
+    assert [ops(k) for k in program.kernels] == [["matmul", "relu"], ["matmul"]]
+    assert any("two contractions" in d.reason for d in program.notes["fusion"])
+
+
+def test_a_merge_that_would_create_a_cycle_is_refused():
+    b = GraphBuilder("cyc")
+    x, idx = b.input("x", [4, 4]), b.input("idx", [4], DType.i64)
+    p = b.exp(x)
+    b.output(b.add(p, b.gather(p, idx, axis=0)))  # p -> gather (a layout kernel) -> add, and p -> add
+    kernels, decisions = fuse_graph(fused(b.graph).graph)
+    assert len(kernels) == 3
+    assert any("cycle" in d.reason for d in decisions)
+
+
+def test_decisions_are_frozen_records_and_format():
+    b = GraphBuilder("mlp")
+    x = b.input("x", [8, 16])
+    h = b.relu(b.add(b.matmul(x, b.param("w", [16, 32])), b.param("b", [32])))
+    b.output(b.matmul(h, b.param("w2", [32, 4])))
+    program = fused(b.graph)
+    decisions = program.notes["fusion"]
+    assert all(isinstance(d, FusionDecision) and d.rule in RULES for d in decisions)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decisions[0].accepted = False
+    text = format_fusion_decisions(program)
+    assert "2 kernels" in text and "+ epilogue" in text and "- prologue" in text
+
+
+def test_kernel_kinds_and_tiles_survive_the_text_form():
+    from tilegraph.ir.program_text import parse_program, print_program
+
+    program = PassManager("canonicalize,fuse,tile{target=accel-small}").run(_attention_graph())
+    text = print_program(program)
+    assert "kind attention" in text
+    again = parse_program(text)
+    assert [(k.kind, k.tiles) for k in again.kernels] == [(k.kind, k.tiles) for k in program.kernels]
+    assert print_program(again) == text
+
+
+def test_fuse_needs_canonical_and_leaves_its_input_alone():
+    b = GraphBuilder("g")
+    b.output(b.relu(b.exp(b.input("x", [4]))))
+    with pytest.raises(Exception, match="canonical"):
+        PassManager("fuse").run(b.graph)
+    program = PassManager("canonicalize").run(b.graph)
+    before = [k.nodes for k in program.kernels]
+    after = PassManager("fuse").run(program)
+    assert [k.nodes for k in program.kernels] == before and len(after.kernels) == 1
+    assert "fused" in after.properties and "fused" not in program.properties
+
+
+# ----- the examples ----------------------------------------------------------------------------
+def _layer_norm_groups(graph):
+    """The nodes of each decomposed layer norm, found from its rsqrt."""
+    groups = []
+    for rsqrt in (n for n in graph.nodes if n.op == "rsqrt"):
+        var = rsqrt.inputs[0].producer  # add(variance, eps)
+        mean2 = var.inputs[0].producer
+        square = mean2.inputs[0].producer
+        centered = square.inputs[0].producer
+        mean1 = centered.inputs[1].producer
+        groups.append([rsqrt, var, mean2, square, centered, mean1] + rsqrt.users)
+    return groups
+
+
+@pytest.mark.skipif(not (EXAMPLES / "transformer_block.tg").exists(), reason="example not written")
+def test_transformer_block_attention_softmax_and_layer_norms():
+    from tilegraph.frontends.dsl import parse_file
+
+    program = fused(parse_file(EXAMPLES / "transformer_block.tg"))
+    owner = program.kernel_of()
+    attention = [k for k in program.kernels if k.kind == "attention"]
+    assert len(attention) == 1
+    for op in ("max", "exp", "sum", "div"):  # the softmax is inside the flash kernel
+        assert all(owner[n] is attention[0] for n in program.graph.nodes if n.op == op)
+    groups = _layer_norm_groups(program.graph)
+    assert len(groups) == 2
+    for group in groups:
+        assert len({owner[n].name for n in group}) == 1
+
+
+# ----- properties ------------------------------------------------------------------------------
+def _kernel_graph_is_acyclic_and_convex(program: Program) -> None:
+    owner = {n: k.name for k in program.kernels for n in k.nodes}
+    position = {k.name: i for i, k in enumerate(program.kernels)}
+    for kernel in program.kernels:
+        for node in kernel.nodes:
+            for value in node.inputs:
+                if value.producer is not None:  # every kernel reads only earlier kernels' values
+                    assert position[owner[value.producer]] <= position[kernel.name]
+        inside = set(kernel.nodes)
+        frontier = [u for n in kernel.nodes for u in n.users if u not in inside]
+        seen = set(frontier)
+        while frontier:  # convex: no path leaves the kernel and comes back
+            node = frontier.pop()
+            assert node not in inside, f"kernel {kernel.name} is not convex"
+            for user in node.users:
+                if user not in seen:
+                    seen.add(user)
+                    frontier.append(user)
+
+
+@given(graphs(max_nodes=10))
+def test_fusion_partitions_without_cycles_or_hidden_recompute(graph):
+    program = fused(graph)  # the pass manager verifies: each node in exactly one kernel, valid order
+    nodes = [n for k in program.kernels for n in k.nodes]
+    assert sorted(map(id, nodes)) == sorted(map(id, program.graph.nodes))
+    _kernel_graph_is_acyclic_and_convex(program)
+    decisions = program.notes["fusion"]
+    options = FuseOptions()
+    allowed = {name for d in decisions if d.accepted for name in d.recomputed}
+    for d in decisions:
+        if d.accepted and d.recompute_flops:
+            assert d.recompute_flops / options.flops_per_byte < d.saved_bytes
+    for kernel in program.kernels:
+        domain = kernel_domain_of(kernel)
+        for i, node in enumerate(domain.nodes):
+            if domain.spaces[i] is not None and domain.missing_parallel(i):
+                assert node.name in allowed, f"%{node.name} is recomputed per tile without a decision"
+    assert len(program.kernels) == len({k.name for k in program.kernels})

@@ -1,0 +1,178 @@
+"""tile: targets, tile sizes that fit the on-chip budget, traffic against the I/O lower bound, splitting."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from strategies import graphs
+
+from tilegraph.ir import GraphBuilder
+from tilegraph.ir.program import Program
+from tilegraph.ir.target import Target, TargetError, load_target, presets
+from tilegraph.passes import PassManager
+from tilegraph.passes.fusion import kernel_domain_of
+from tilegraph.passes.tiling import (TileReport, TilingError, cost_of, format_tiling, search, tile_kernel,
+                                     tile_program)
+
+TINY = Target("tiny", "accelerator", onchip_bytes=1024, double_buffer=True, line_bytes=16)
+
+
+def fused(graph) -> Program:
+    return PassManager("canonicalize,fuse").run(graph)
+
+
+def tiled(graph, target: str | Target) -> Program:
+    if isinstance(target, str):
+        return PassManager(f"canonicalize,fuse,tile{{target={target}}}").run(graph)
+    program = fused(graph)
+    kernels, reports = tile_program(program, target)
+    return replace(program, kernels=tuple(kernels), notes={**program.notes, "tiling": reports})
+
+
+def matmul_graph(m: int, n: int, k: int):
+    b = GraphBuilder("mm")
+    b.output(b.matmul(b.input("a", [m, k]), b.param("b", [k, n])))
+    return b.graph
+
+
+# ----- targets ----------------------------------------------------------------------------------
+def test_presets_load_by_name_and_path(tmp_path):
+    assert {"cpu", "accel-small", "accel-large", "gpu-h100"} <= set(presets())
+    small = load_target("accel-small")
+    assert small.onchip_bytes == 256 * 1024 and small.double_buffer and small.buffers == 2
+    assert load_target("cpu").l2_bytes == load_target("cpu").onchip_bytes
+    assert load_target("gpu-h100").shared_memory_per_block == load_target("gpu-h100").onchip_bytes
+    path = tmp_path / "mine.toml"
+    path.write_text('kind = "accelerator"\n[memory]\nonchip_bytes = 4096\ndouble_buffer = true\n')
+    mine = load_target(str(path))
+    assert (mine.name, mine.onchip_bytes, mine.double_buffer) == ("mine", 4096, True)
+    assert load_target(mine) is mine
+
+
+def test_target_errors_are_clear(tmp_path):
+    with pytest.raises(TargetError, match="unknown target 'tpu'; presets: accel-large, accel-small, cpu, gpu-h100"):
+        load_target("tpu")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kind = "cpu"\nonchip_bytes = 1024\nscratch = 3\n')
+    with pytest.raises(TargetError, match="unknown field.*scratch"):
+        load_target(str(bad))
+    bad.write_text('kind = "cpu"\nonchip_bytes = "big"\n')
+    with pytest.raises(TargetError, match="onchip_bytes must be int"):
+        load_target(str(bad))
+    with pytest.raises(TargetError, match="kind"):
+        Target("x", "fpga", 1024)
+    with pytest.raises(Exception, match="unknown target"):
+        PassManager("canonicalize,fuse,tile{target=nope}").run(matmul_graph(4, 4, 4))
+
+
+# ----- matmul against Hong-Kung ----------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["accel-small", "gpu-h100", "cpu"])
+def test_matmul_tiling_fits_and_is_near_the_hong_kung_bound(target):
+    program = tiled(matmul_graph(1024, 1024, 1024), target)
+    (report,) = program.notes["tiling"]
+    budget = load_target(target).onchip_bytes
+    assert isinstance(report, TileReport) and report.working_set <= budget
+    words = budget / 4
+    assert report.bound == "hong-kung"
+    assert report.lower_bound == int(2 * 1024 ** 3 / math.sqrt(words) * 4)
+    assert report.lower_bound <= report.traffic <= 3.5 * report.lower_bound
+    (kernel,) = program.kernels
+    assert {name for name, _ in kernel.tiles} == {loop.name for loop in kernel_domain_of(kernel).loops}
+
+
+def test_a_larger_budget_moves_fewer_bytes():
+    small = tiled(matmul_graph(512, 512, 512), "accel-small").notes["tiling"][0]
+    large = tiled(matmul_graph(512, 512, 512), "accel-large").notes["tiling"][0]
+    assert large.traffic < small.traffic
+    assert large.traffic == 3 * 512 * 512 * 4  # 3 MiB fits in 8 MiB double-buffered: compulsory only
+
+
+def test_search_prefers_least_traffic_then_parallelism():
+    program = fused(matmul_graph(256, 256, 256))
+    domain = kernel_domain_of(program.kernels[0])
+    target = load_target("accel-small")
+    best = search(domain, target)
+    for tiles in ({"d0": 64, "d1": 64, "d2": 64}, {"d0": 32, "d1": 128, "d2": 16}, {"d0": 16, "d1": 16, "d2": 256}):
+        other = cost_of(domain, target, tiles)
+        if other.working_set <= target.onchip_bytes:
+            assert best.traffic <= other.traffic
+
+
+# ----- attention -------------------------------------------------------------------------------
+def _attention(length: int, width: int = 32):
+    b = GraphBuilder("att")
+    q, k, v = (b.input(n, [2, length, width]) for n in "qkv")
+    b.output(b.attention(q, k, v, causal=True))
+    return b.graph
+
+
+def test_attention_working_set_does_not_grow_with_sequence_length():
+    target = load_target("accel-small")
+    sets = []
+    for length in (128, 1024):
+        program = tiled(_attention(length), "accel-small")
+        ((kernel, report),) = [(k, r) for k, r in zip(program.kernels, program.notes["tiling"])]
+        assert kernel.kind == "attention" and report.working_set <= target.onchip_bytes
+        domain = kernel_domain_of(kernel)
+        (kv,) = [loop.name for loop in domain.loops if loop.kind == "reduction"]
+        query = domain.loops[domain.node_loops[-1][-3]].name  # the P @ V matmul's row loop
+        fixed = cost_of(domain, target, {query: 32, kv: 32, "d0": 1})
+        sets.append(fixed.working_set)
+        assert report.traffic >= report.lower_bound
+    assert sets[0] == sets[1]
+    assert 1024 * 1024 * 4 > target.onchip_bytes  # one head's score matrix would not fit
+
+
+# ----- budgets, splitting, errors --------------------------------------------------------------
+@given(graphs(max_nodes=10))
+def test_every_tile_fits_the_budget(graph):
+    program = fused(graph)
+    for target in (TINY, load_target("accel-small"), load_target("cpu")):
+        kernels, reports = tile_program(program, target)
+        assert len(kernels) == len(reports) >= len(program.kernels)
+        assert sorted(map(id, (n for k in kernels for n in k.nodes))) == sorted(map(id, program.graph.nodes))
+        for kernel, report in zip(kernels, reports):
+            assert report.working_set <= target.onchip_bytes
+            assert report.traffic >= report.lower_bound > 0 or kernel.io_bytes == 0
+            domain = kernel_domain_of(kernel)
+            sizes = kernel.tile_sizes()
+            for loop in domain.loops:
+                assert 1 <= sizes[loop.name] <= loop.extent
+                if loop.kind == "full":
+                    assert sizes[loop.name] == loop.extent
+
+
+def _softmax(rows: int, cols: int):
+    b = GraphBuilder("sm")
+    b.output(b.softmax(b.input("x", [rows, cols]), axis=-1))
+    return b.graph
+
+
+def test_rows_too_long_for_the_budget_are_split_into_streaming_kernels():
+    program = fused(_softmax(2, 512))  # a whole row and its temporaries need ~8 KiB double-buffered
+    (kernel,) = program.kernels
+    pieces = tile_kernel(kernel, TINY)
+    assert len(pieces) > 1
+    for piece, report in pieces:
+        assert report.working_set <= TINY.onchip_bytes and report.note.startswith("split from k0")
+    assert tile_kernel(kernel, load_target("cpu"))[0][0].nodes == kernel.nodes  # fits: kept whole
+
+
+def test_a_budget_below_any_tile_is_an_error():
+    program = fused(matmul_graph(8, 8, 8))
+    with pytest.raises(TilingError, match="budget of target crumb"):
+        tile_program(program, Target("crumb", "accelerator", 64, double_buffer=True, line_bytes=16))
+
+
+def test_tile_pass_reports_and_formats():
+    b = GraphBuilder("mlp")
+    x = b.input("x", [64, 128])
+    h = b.relu(b.add(b.matmul(x, b.param("w", [128, 256])), b.param("b", [256])))
+    b.output(b.softmax(h, axis=-1))
+    program = PassManager("canonicalize,fuse,tile{target=gpu-h100}").run(b.graph)
+    assert {"fused", "tiled"} <= program.properties and program.notes["target"] == "gpu-h100"
+    text = format_tiling(program)
+    assert text.startswith("tiling for target gpu-h100") and "bound" in text
+    assert all(r.working_set <= r.budget for r in program.notes["tiling"])
