@@ -66,6 +66,37 @@ def run(
         typer.echo(f"wrote {output}")
 
 
+@app.command(name="compile")
+def compile_command(
+    model: ModelFile,
+    pipeline: Annotated[Optional[str], typer.Option(help="pass pipeline, e.g. 'canonicalize,fuse,tile{target=cpu}'")] = None,
+    target: Annotated[str, typer.Option(help="target preset for the default pipeline")] = "accel-small",
+    emit: Annotated[str, typer.Option(help="what to print: report (decisions) or tgir (the Program)")] = "report",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="also write the Program's .tgir here")] = None,
+    explain_fusion: Annotated[bool, typer.Option(help="print every fusion decision with its reason")] = False,
+    print_ir_after_all: Annotated[bool, typer.Option(help="print the IR after every pass (stderr)")] = False,
+    print_ir_after: Annotated[Optional[list[str]], typer.Option(help="print the IR after this pass (repeatable)")] = None,
+    dump_dir: Annotated[Optional[Path], typer.Option(help="write NN_pass.tgir after each pass that changed the IR")] = None,
+    time_passes: Annotated[bool, typer.Option(help="print a per-pass timing table (stderr)")] = False,
+    entry: Entry = None,
+) -> None:
+    """Compile a model through the pass pipeline and print what was decided."""
+    from tilegraph.driver import compile_program, load_program
+    from tilegraph.ir.program_text import print_program
+    from tilegraph.report import program_report
+
+    if emit not in ("report", "tgir"):
+        raise TilegraphError(f"unknown --emit {emit!r}; choose report or tgir")
+    program, _ = compile_program(
+        load_program(model, entry), pipeline, target,
+        print_ir_after="all" if print_ir_after_all else set(print_ir_after or ()),
+        dump_dir=dump_dir, time_passes=time_passes)
+    text = print_program(program)
+    if output is not None:
+        output.write_text(text + "\n", encoding="utf-8")
+    typer.echo(text if emit == "tgir" else program_report(program, explain_fusion=explain_fusion))
+
+
 def format_error(error: TilegraphError) -> str:
     text = str(error)
     return text if error.loc is not None else f"error: {text}"

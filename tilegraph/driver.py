@@ -1,0 +1,38 @@
+"""The driver: default pipelines per target, and compiling a model file or graph to a Program."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tilegraph.ir import Graph, TilegraphError
+from tilegraph.ir.program import Program
+
+DEFAULT_TARGET = "accel-small"
+
+
+def default_pipeline(target: str = DEFAULT_TARGET) -> str:
+    """The pipeline `tilegraph compile` runs when none is given: canonicalize, fuse, tile."""
+    return f"canonicalize,fuse,tile{{target={target}}}"
+
+
+def load_program(path: str | Path, entry: str | None = None) -> Program:
+    """A Program from a file: `.tgir` keeps its kernel annotations, `.tg` starts unfused."""
+    from tilegraph.loading import load_graph, read_text
+
+    path = Path(path)
+    if path.suffix == ".tgir":
+        from tilegraph.ir.program_text import parse_program
+
+        if entry is not None:
+            raise TilegraphError(f"{path}: --entry applies to .tg files only")
+        return parse_program(read_text(path), filename=str(path))
+    return Program.unfused(load_graph(path, entry))
+
+
+def compile_program(source: Graph | Program, pipeline: str | None = None, target: str = DEFAULT_TARGET,
+                    **manager_options) -> tuple[Program, object]:
+    """Run `pipeline` (default: the target's) over `source`; returns the Program and the PassManager."""
+    from tilegraph.passes import PassManager
+
+    manager = PassManager(pipeline or default_pipeline(target), **manager_options)
+    program = source if isinstance(source, Program) else Program.unfused(source)
+    return manager.run(program), manager
