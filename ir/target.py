@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TilegraphError
+from .units import format_bytes
 
 PRESET_DIR = Path(__file__).parent / "targets"
 KINDS = ("cpu", "gpu", "accelerator")
@@ -74,7 +75,7 @@ class Target:
 
     def describe(self) -> str:
         buffering = "double-buffered" if self.double_buffer else "single-buffered"
-        return (f"{self.name} ({self.kind}): {_fmt_bytes(self.onchip_bytes)} on chip per tile, {buffering}, "
+        return (f"{self.name} ({self.kind}): {format_bytes(self.onchip_bytes)} on chip per tile, {buffering}, "
                 f"{self.line_bytes} B lines, {self.parallel_units} parallel unit(s)")
 
 
@@ -134,8 +135,3 @@ def load_target(name_or_path: str | Path | Target) -> Target:
     return target_from_dict(data, path.stem)
 
 
-def _fmt_bytes(value: float) -> str:
-    for scale, prefix in ((2 ** 30, "Gi"), (2 ** 20, "Mi"), (2 ** 10, "Ki")):
-        if value >= scale:
-            return f"{value / scale:.4g} {prefix}B"
-    return f"{int(value)} B"

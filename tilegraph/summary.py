@@ -5,6 +5,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tilegraph.ir import Graph
+from tilegraph.ir.units import format_bytes, parse_bytes
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,6 @@ class GraphSummary:
         ]
 
 
-def format_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
-
 def format_count(n: int) -> str:
     for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= size:
@@ -60,17 +54,3 @@ def format_count(n: int) -> str:
     return str(n)
 
 
-def parse_bytes(text: str) -> int:
-    """`256KiB`, `1.5 MiB`, `4096`, `64k` -> bytes."""
-    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
-             "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30}
-    stripped = text.strip().lower().replace(" ", "")
-    number = stripped.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = stripped[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"cannot read {text!r} as a size (e.g. 256KiB, 2MiB, 65536)") from None
-    if unit not in units or value < 0:
-        raise ValueError(f"cannot read {text!r} as a size (e.g. 256KiB, 2MiB, 65536)")
-    return int(value * units[unit])
