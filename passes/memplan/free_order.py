@@ -1,0 +1,160 @@
+"""The free-order capacity-only model: a time-indexed CP-SAT model over every topological order.
+
+`d[k, t]` says kernel k has run by step t (non-decreasing in t; exactly t+1 kernels by step t),
+`r[i, t]` that tensor i is resident at step t, `l[i, t]` that it is (re)loaded before step t.
+No addresses: its optimum is a lower bound on the traffic of any order, and its solution gives an
+order and the replacement decisions, which the fixed-order model then places.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from .cpsat import _STATUS, SolverConfig, _Progress, configure, size_unit
+from .problem import MemoryProblem, TensorKind
+from .solution import Solution, Timeline, store_cost
+
+
+@dataclass(frozen=True)
+class FreeOrderResult:
+    status: str
+    order: tuple[int, ...] | None
+    keep: tuple | None  # keep flags for `order` taken from the model's residency
+    objective: int | None
+    bound: int  # valid for every topological order
+    wall: float
+
+
+def _ancestors(problem: MemoryProblem) -> tuple[list[int], list[int]]:
+    """Number of ancestors and descendants of each kernel (bitsets)."""
+    K = problem.num_kernels
+    anc = [0] * K
+    for k in range(K):  # kernel ids are a topological order
+        for p in problem.preds[k]:
+            anc[k] |= anc[p] | (1 << p)
+    desc = [0] * K
+    for k in reversed(range(K)):
+        for s in problem.succs[k]:
+            desc[k] |= desc[s] | (1 << s)
+    return [bin(a).count("1") for a in anc], [bin(d).count("1") for d in desc]
+
+
+def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | None = None, lower_bound: int = 0,
+                     time_limit: float = 5.0, config: SolverConfig = SolverConfig(), progress=None) -> FreeOrderResult:
+    start_time = time.perf_counter()
+    K = T = problem.num_kernels
+    g = size_unit(problem)
+    cap = capacity // g
+    n_anc, n_desc = _ancestors(problem)
+    asap = n_anc
+    alap = [T - 1 - d for d in n_desc]
+    model = cp_model.CpModel()
+    one, zero = model.NewConstant(1), model.NewConstant(0)
+
+    d = []  # d[k][t]
+    for k in range(K):
+        row = [zero if t < asap[k] else one if t >= alap[k] else model.NewBoolVar("") for t in range(T)]
+        for t in range(asap[k] + 1, alap[k]):
+            model.AddImplication(row[t - 1], row[t])
+        d.append(row)
+    for t in range(T - 1):
+        model.Add(sum(d[k][t] for k in range(K)) == t + 1)
+    for k in range(K):
+        for p in problem.preds[k]:
+            for t in range(asap[k], alap[k]):
+                if t == 0:
+                    model.Add(d[k][t] == 0)
+                else:
+                    model.AddImplication(d[k][t], d[p][t - 1])
+
+    def x(k: int, t: int):
+        return d[k][t] - (d[k][t - 1] if t > 0 else 0)
+
+    objective = []
+    const = 0
+    occupancy: list[list] = [[] for _ in range(T)]
+    r_vars = []
+    for i in range(problem.num_tensors):
+        users = problem.users[i]
+        if not users:
+            r_vars.append({})
+            continue
+        s = problem.sizes[i] // g
+        lo = min(asap[k] for k in users)
+        hi = max(alap[k] for k in users)
+        prod = problem.producer[i]
+        r = {t: model.NewBoolVar("") for t in range(lo, hi + 1)}
+        r_vars.append(r)
+        loads = []
+        for t in range(lo, hi + 1):
+            for k in users:
+                if asap[k] <= t <= alap[k]:
+                    model.Add(r[t] >= x(k, t))
+            if prod >= 0:
+                if t < alap[prod]:
+                    model.Add(r[t] <= d[prod][t])
+            lt = model.NewBoolVar("")
+            prev = r[t - 1] if t - 1 in r else 0
+            created = x(prod, t) if prod >= 0 and asap[prod] <= t <= alap[prod] else 0
+            model.Add(lt >= r[t] - prev - created)
+            loads.append(lt)
+            occupancy[t].append((s, r[t]))
+        for lt in loads:
+            objective.append((s, lt))
+        if problem.kinds[i] is not TensorKind.INTERMEDIATE:
+            const -= s  # the first load is compulsory
+        if store_cost(problem, i):
+            st = model.NewBoolVar("")
+            for lt in loads:
+                model.AddImplication(lt, st)
+            objective.append((s, st))
+    for t in range(T):
+        if sum(s for s, _ in occupancy[t]) > cap:
+            model.Add(sum(s * v for s, v in occupancy[t]) <= cap)
+    obj = sum(c * v for c, v in objective)
+    model.Minimize(obj)
+    lb_units = -(-lower_bound // g)
+    if lb_units > const:
+        model.Add(obj + const >= lb_units)
+
+    if hint is not None:
+        tl = Timeline(problem, hint.order)
+        pos = tl.pos
+        for k in range(K):
+            for t in range(T):
+                v = d[k][t]
+                if not isinstance(v, int) and v is not one and v is not zero:
+                    model.AddHint(v, 1 if pos[k] <= t else 0)
+        for i, uses in enumerate(tl.uses):
+            resident = set()
+            for j in range(len(uses)):
+                resident.add(uses[j])
+                if j + 1 < len(uses) and hint.keep[i][j]:
+                    resident.update(range(uses[j] + 1, uses[j + 1]))
+            for t, v in r_vars[i].items():
+                model.AddHint(v, 1 if t in resident else 0)
+
+    solver = cp_model.CpSolver()
+    configure(solver, time_limit, config)
+    if progress is not None:
+        status = solver.Solve(model, _Progress(progress, g, const * g))
+    else:
+        status = solver.Solve(model)
+    wall = time.perf_counter() - start_time
+    name = _STATUS.get(status, "unknown")
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bound = max(lower_bound, (int(math.ceil(solver.BestObjectiveBound() - 1e-6)) + const) * g) \
+            if name == "unknown" else lower_bound
+        return FreeOrderResult(name, None, None, None, bound, wall)
+    objective_bytes = (int(round(solver.ObjectiveValue())) + const) * g
+    bound = objective_bytes if status == cp_model.OPTIMAL else \
+        (int(math.ceil(solver.BestObjectiveBound() - 1e-6)) + const) * g
+    pos = [next(t for t in range(T) if solver.Value(d[k][t])) for k in range(K)]
+    order = tuple(sorted(range(K), key=lambda k: pos[k]))
+    tl = Timeline(problem, order)
+    keep = tuple(tuple(all(solver.Value(r_vars[i][t]) for t in range(uses[j] + 1, uses[j + 1]))
+                       for j in range(len(uses) - 1)) for i, uses in enumerate(tl.uses))
+    return FreeOrderResult(name, order, keep, objective_bytes, max(bound, lower_bound), wall)
