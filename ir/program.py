@@ -13,6 +13,9 @@ from typing import Any
 from .graph import Graph, Node, Value
 
 
+KERNEL_KINDS = ("generic", "attention")
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A fused group of nodes, in a valid order, run as one unit.

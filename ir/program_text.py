@@ -29,7 +29,7 @@ from typing import Any
 
 from .errors import ParseError, SourceLocation
 from .graph import Graph, Node, Value
-from .program import Kernel, Program
+from .program import KERNEL_KINDS, Kernel, Program
 from .text import format_value, parse_graph, print_graph
 
 __all__ = [
@@ -430,4 +430,19 @@ def _parse_properties(reader: AnnotationReader, program: Program) -> Program:
 register_section(AnnotationSection("kernels", _print_kernels, _parse_kernels, order=10, field="kernels"))
 register_section(AnnotationSection("properties", _print_properties, _parse_properties, order=90,
                                    field="properties"))
+def _print_kind(kernel: Kernel) -> str | None:
+    return None if kernel.kind == "generic" else f"kind {kernel.kind}"
+
+
+def _parse_kind(reader: AnnotationReader, kernel: Kernel) -> Kernel:
+    kind, token = reader.name()
+    if kind not in KERNEL_KINDS:
+        raise reader.error(token, f"unknown kernel kind {kind!r}; kinds: {', '.join(KERNEL_KINDS)}")
+    return replace(kernel, kind=kind)
+
+
 register_kernel_clause(KernelClause("tiles", _print_tiles, _parse_tiles, order=10))
+register_kernel_clause(KernelClause("kind", _print_kind, _parse_kind, order=5))
+
+# Sections that live beside the data they print register themselves on import.
+from . import placement  # noqa: E402,F401

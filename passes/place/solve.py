@@ -1,0 +1,231 @@
+"""The placement driver: bounds, the heuristic portfolio, then improvement within a time limit.
+
+method="auto": lower bounds (path + LP); every heuristic (HEFT, CPOP, PEFT, m-ETF, m-TOPO, LP
+rounding, and our list-scheduling portfolio); then, from the best of them, local search over
+assignments (local.py) and -- for problems of up to `exact_max_tasks` tasks -- the exact CP-SAT
+model warm-started from the best schedule so far. The answer is never worse than the best
+heuristic. Other methods: "cpsat" (heuristics, then CP-SAT for the rest of the time), "local"
+(heuristics, then local search), "lns" (heuristics, then windowed CP-SAT LNS, lns.py), or one
+heuristic alone: "heft", "cpop", "peft", "metf", "mtopo", "lp", "portfolio".
+
+Determinism (`deterministic=True`, the default): every stage is limited by work, not by the clock
+-- local search by a number of decodes, CP-SAT by deterministic time with a fixed seed (and
+interleaved parallel search when it uses several workers) -- each sized from the time limit by
+constants calibrated on the reference machine. The wall clock stays a hard guard; if it fires
+(a much slower machine) the answer may vary between runs, and `stats["wall_guard"]` says so.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tilegraph.ir.placement import MemoryInfeasibleError, PlacementError
+
+from .bounds import fastest_path_bound, path_bound
+from .checker import check_schedule
+from .cpsat import solve_cpsat
+from .heuristics import assigned, cpop, heft, memory_binds, metf, mtopo, peft, portfolio_variants, variant
+from .listsched import Stuck, list_schedule
+from .lns import windowed_lns
+from .local import improve
+from .lp import lp_bound, round_assignments, solve_lp
+from .problem import PlacementProblem, Schedule
+
+METHODS = ("auto", "cpsat", "local", "lns", "heft", "cpop", "peft", "metf", "mtopo", "lp", "portfolio")
+
+# Calibration on the reference machine (2 cores): a list-scheduling decode takes about
+# DECODE_A * (tasks + tensors) * devices seconds; CP-SAT advances about DTIME_PER_SECOND
+# deterministic units per wall second (less in interleaved mode; the limit is set low so that
+# work, not the clock, ends the search on this machine).
+DECODE_A = 2.0e-6
+DTIME_PER_SECOND = 0.12
+
+Progress = Callable[[str, int, int, float], None]
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    time_limit: float = 30.0
+    method: str = "auto"
+    seed: int = 0
+    deterministic: bool = True
+    workers: int | None = None
+    exact_max_tasks: int = 150
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The chosen schedule, its lower bound, the method that made it, and what else was tried."""
+
+    schedule: Schedule
+    lower_bound: int
+    method: str
+    optimal: bool
+    makespans: dict[str, int | None] = field(default_factory=dict)  # per method tried
+    bounds: dict[str, int] = field(default_factory=dict)  # path, lp, cpsat
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage
+    notes: tuple[str, ...] = ()
+
+    @property
+    def gap(self) -> float:
+        lb = self.lower_bound
+        return 0.0 if lb <= 0 else (self.schedule.makespan - lb) / lb
+
+
+def decode_seconds(pb: PlacementProblem) -> float:
+    return DECODE_A * (pb.n + len(pb.tensors) + 1) * pb.m
+
+
+def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress: Progress | None = None) -> Outcome:
+    """Place `pb` within `options.time_limit` seconds (see the module docstring)."""
+    if options.method not in METHODS:
+        raise PlacementError(f"unknown placement method {options.method!r}; methods: {', '.join(METHODS)}")
+    t0 = time.monotonic()
+    limit = max(0.1, float(options.time_limit))
+
+    def left() -> float:
+        return limit - (time.monotonic() - t0)
+
+    pb.check_memory_feasible()
+    seconds: dict[str, float] = {}
+    makespans: dict[str, int | None] = {}
+    notes: list[str] = []
+
+    # ----- bounds ------------------------------------------------------------------------------
+    t = time.monotonic()
+    bounds = {"path": max(path_bound(pb), fastest_path_bound(pb))}
+    lp = solve_lp(pb, time_limit=min(0.15 * limit, 20.0))
+    bounds["lp"] = lp_bound(lp)
+    seconds["bounds"] = time.monotonic() - t
+    lower = max(bounds.values())
+
+    def report(stage: str, sched: Schedule | None) -> None:
+        makespans[stage] = sched.makespan if sched is not None else None
+        if sched is not None and progress is not None:
+            progress(stage, sched.makespan, lower, time.monotonic() - t0)
+
+    # ----- heuristics ----------------------------------------------------------------------------
+    binds = memory_binds(pb)
+
+    def either(fn):  # with binding memory, also try streaming parameters from roomy devices
+        def run():
+            found = [s for s in (fn(pb), fn(pb, stream=True) if binds else None) if s is not None]
+            return min(found, key=lambda s: s.makespan) if found else None
+        return run
+
+    def portfolio():  # our own list-scheduling variants: priorities x look-ahead / thrifty choices
+        variants = portfolio_variants()
+        # as many as fit in a tenth of the time limit (a deterministic count: estimated cost)
+        count = max(4, int(0.1 * limit / (decode_seconds(pb) * (2 if binds else 1))))
+        found = []
+        for prio, choice in variants[:count]:
+            found += [s for s in (variant(pb, prio, choice), variant(pb, prio, choice, stream=True) if binds else None)
+                      if s is not None]
+        return min(found, key=lambda s: s.makespan) if found else None
+
+    heuristics: dict[str, Callable[[], Schedule | None]] = {
+        "heft": either(heft), "cpop": lambda: cpop(pb), "peft": either(peft), "metf": lambda: metf(pb),
+        "mtopo": either(mtopo), "lp": lambda: _lp_rounding(pb, lp, options.seed), "portfolio": portfolio,
+    }
+    wanted = list(heuristics) if options.method in ("auto", "cpsat", "local", "lns") else [options.method]
+    candidates: list[Schedule] = []
+    for name in wanted:
+        t = time.monotonic()
+        sched = heuristics[name]()
+        seconds[name] = time.monotonic() - t
+        if sched is not None:
+            sched = sched.renamed(name)
+            check_schedule(pb, sched)
+            candidates.append(sched)
+        report(name, sched)
+    best = min(candidates, key=lambda s: s.makespan) if candidates else None
+
+    # ----- improvement ---------------------------------------------------------------------------
+    optimal = False
+    cp_bound = 0
+    wall_guard = False
+    if options.method in ("auto", "local") and best is not None and left() > 0:
+        share = left() * (0.25 if options.method == "auto" and pb.n <= options.exact_max_tasks else 1.0)
+        t = time.monotonic()
+        evals = max(1, int(share / decode_seconds(pb))) if options.deterministic else None
+        improved = improve(pb, best, share, seed=options.seed, progress=progress, max_evals=evals,
+                           lower_bound=lower)
+        seconds["local"] = time.monotonic() - t
+        wall_guard |= options.deterministic and seconds["local"] >= 0.99 * share
+        check_schedule(pb, improved)
+        report("local", improved)
+        if improved.makespan < best.makespan:
+            best = improved
+    if options.method == "lns" and best is not None and left() > 0.5:
+        t = time.monotonic()
+        improved = windowed_lns(pb, best, left(), lower_bound=lower, seed=options.seed,
+                                deterministic=options.deterministic, workers=options.workers,
+                                dtime_per_second=DTIME_PER_SECOND, progress=progress)
+        seconds["lns"] = time.monotonic() - t
+        check_schedule(pb, improved)
+        report("lns", improved)
+        best = min((best, improved), key=lambda s: s.makespan)
+    run_exact = options.method == "cpsat" or (options.method == "auto" and pb.n <= options.exact_max_tasks)
+    if run_exact and left() > 0.05 and not (best is not None and best.makespan <= lower):
+        t = time.monotonic()
+        res = solve_cpsat(pb, left(), hint=best, lower_bound=lower, workers=options.workers,
+                          seed=options.seed, deterministic=options.deterministic, progress=progress,
+                          dtime_per_second=DTIME_PER_SECOND)
+        seconds["cpsat"] = time.monotonic() - t
+        if res.schedule is not None:
+            check_schedule(pb, res.schedule)
+            report("cpsat", res.schedule)
+            if best is None or res.schedule.makespan < best.makespan:
+                best = res.schedule
+            optimal = res.optimal
+        cp_bound = res.bound
+        if res.status == "INFEASIBLE" and best is None:
+            raise _memory_error(pb, "the exact model proves that no placement fits in memory")
+        wall_guard |= options.deterministic and res.wall_limited
+    if best is None:
+        raise _memory_error(pb, f"no placement that fits in memory was found within {limit:g} s")
+    if cp_bound:
+        bounds["cpsat"] = min(cp_bound, best.makespan)
+    lower = max(bounds.values())
+    if optimal:
+        lower = best.makespan
+    if wall_guard:
+        notes.append("wall-clock guard reached: the result may differ between runs")
+    return Outcome(best, min(lower, best.makespan), best.method, optimal or lower >= best.makespan, makespans,
+                   bounds, seconds, tuple(notes))
+
+
+def _lp_rounding(pb: PlacementProblem, lp, seed: int) -> Schedule | None:
+    """List-schedule the LP's assignments (largest share, and seeded samples); the best of them."""
+    if lp is None:
+        return None
+    best = None
+    for tasks, params in round_assignments(pb, lp, samples=4, seed=seed):
+        sched = assigned(pb, tasks, "lp", param_pref=params)
+        if sched is not None and (best is None or sched.makespan < best.makespan):
+            best = sched
+    return best
+
+
+def _memory_error(pb: PlacementProblem, why: str) -> MemoryInfeasibleError:
+    """Name the device that memory blocks first when scheduling in program order."""
+    try:
+        list_schedule(pb, [-float(i) for i in range(pb.n)], "probe")
+    except Stuck as stuck:
+        dev = pb.devices[stuck.device]
+        return MemoryInfeasibleError(
+            f"{why}: kernel {pb.tasks[stuck.task]} needs {_mib(stuck.need)} on device {dev}, which has "
+            f"{_mib(max(stuck.free, 0))} left of {_mib(pb.capacity[stuck.device])} (capacities: "
+            + ", ".join(f"{d} {_mib(c)}" for d, c in zip(pb.devices, pb.capacity)) + ")", dev)
+    tight = min(range(pb.m), key=lambda p: pb.capacity[p] - pb.baseline[p])
+    return MemoryInfeasibleError(f"{why} (tightest device: {pb.devices[tight]})", pb.devices[tight])
+
+
+def _mib(nbytes: int) -> str:
+    from tilegraph.ir.system import format_bytes
+
+    return format_bytes(nbytes)
+
+
+__all__ = ["solve", "SolveOptions", "Outcome", "METHODS"]
