@@ -97,6 +97,9 @@ def compile_command(
     typer.echo(text if emit == "tgir" else program_report(program, explain_fusion=explain_fusion))
 
 
+from tilegraph import cli_plans  # noqa: E402,F401  (registers memplan and place on the app)
+
+
 def format_error(error: TilegraphError) -> str:
     text = str(error)
     return text if error.loc is not None else f"error: {text}"

@@ -1,0 +1,77 @@
+"""`tilegraph compile`, `memplan` and `place` on the examples: reports, checked plans, plots, clean errors."""
+from pathlib import Path
+
+import pytest
+
+from tilegraph.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+BLOCK = EXAMPLES / "transformer_block.tg"
+
+
+def cli(capsys, *args):
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(map(str, args)))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def test_compile_reports_kernels_tiles_and_fusion_decisions(capsys):
+    code, out, _ = cli(capsys, "compile", BLOCK, "--explain-fusion")
+    assert code == 0
+    assert "<attention>" in out and "tiling for target accel-small" in out
+    assert "decisions:" in out and "FlashAttention" in out
+
+
+def test_compile_emits_a_program_that_parses_back(capsys, tmp_path):
+    from tilegraph.ir.program_text import parse_program
+
+    code, out, _ = cli(capsys, "compile", BLOCK, "--emit", "tgir", "--dump-dir", tmp_path / "dump")
+    assert code == 0
+    program = parse_program(out)
+    assert len(program.kernels) == 12 and "tiled" in program.properties
+    assert [p.name for p in sorted((tmp_path / "dump").iterdir())][:2] == ["00_input.tgir", "01_canonicalize.tgir"]
+
+
+def test_memplan_pipeline_takes_the_tiling_targets_capacity(capsys):
+    code, out, _ = cli(capsys, "compile", BLOCK, "--pipeline", "canonicalize,fuse,tile{target=accel-small},memplan")
+    assert code == 0
+    assert "capacity 256.00 KiB" in out and "status: optimal" in out
+
+
+def test_memplan_prints_traffic_bound_and_a_checked_plan(capsys, tmp_path):
+    plot = tmp_path / "map.png"
+    code, out, _ = cli(capsys, "memplan", BLOCK, "--capacity", "460000", "--weights", "--time-limit", "2",
+                       "--plot", plot)
+    assert code == 0, out
+    assert "non-compulsory traffic: 64.00 KiB" in out and "gap 0.0%" in out
+    assert "checked: valid" in out and plot.stat().st_size > 1000
+
+
+def test_memplan_below_the_largest_working_set_names_the_kernel(capsys):
+    code, _, err = cli(capsys, "memplan", BLOCK, "--capacity", "200KiB", "--weights")
+    assert code == 2
+    assert "working set of kernel k11" in err and "smallest feasible capacity is 459264 B" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--capacity", "lots"), "cannot read 'lots' as a positive size"),
+    (("--order", "sideways"), "order must be 'free' or 'fixed'"),
+])
+def test_memplan_bad_options_are_clear(capsys, args, message):
+    code, _, err = cli(capsys, "memplan", BLOCK, *args)
+    assert code == 2 and message in err
+
+
+def test_place_prints_makespan_bound_and_utilisation(capsys, tmp_path):
+    gantt = tmp_path / "gantt.png"
+    code, out, _ = cli(capsys, "place", BLOCK, "--system", "cpu-gpu-npu", "--time-limit", "3", "--gantt", gantt)
+    assert code == 0, out
+    assert "makespan" in out and "lower bound" in out and "busy" in out
+    assert "checked: valid" in out and gantt.stat().st_size > 1000
+
+
+def test_place_unknown_system_is_a_clear_error(capsys):
+    code, _, err = cli(capsys, "place", BLOCK, "--system", "quantum")
+    assert code == 2 and "unknown system 'quantum'" in err

@@ -1,0 +1,107 @@
+"""`tilegraph memplan` and `tilegraph place`: the two solver-backed planners, with progress and plots."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tilegraph.ir import TilegraphError
+from tilegraph.ir.program import Program
+
+from .cli import Entry, ModelFile, app
+
+
+def fused_program(model: Path, entry: str | None) -> Program:
+    """The model as kernels: a fused .tgir Program as it is, anything else through canonicalize,fuse."""
+    from tilegraph.driver import compile_program, load_program
+
+    program = load_program(model, entry)
+    if "fused" in program.properties:
+        return program
+    return compile_program(program, "canonicalize,fuse")[0]
+
+
+@contextmanager
+def progress_line(what: str):
+    """A one-line status on stderr (animated on a terminal) that a solver callback keeps current."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda text: None
+        return
+    with console.status(what) as status:
+        yield lambda text: status.update(f"{what}: {text}")
+
+
+def _plot(draw, path: Path | None, *args) -> None:
+    if path is None:
+        return
+    try:
+        draw(*args, str(path))
+    except (ImportError, RuntimeError) as error:
+        raise TilegraphError(f"cannot draw {path}: {error}") from None
+    typer.echo(f"wrote {path}")
+
+
+@app.command()
+def memplan(
+    model: ModelFile,
+    capacity: Annotated[str, typer.Option(help="scratchpad size, e.g. 256KiB, 1.5MiB, 65536")] = "256KiB",
+    order: Annotated[str, typer.Option(help="free: the solver picks the kernel order; fixed: the program's")] = "free",
+    weights: Annotated[bool, typer.Option("--weights", help="weights and parameters compete for the scratchpad")] = False,
+    time_limit: Annotated[float, typer.Option(help="seconds for the exact solvers")] = 10.0,
+    solver: Annotated[str, typer.Option(help="auto (heuristic, then CP-SAT), heuristic, cpsat")] = "auto",
+    plot: Annotated[Optional[Path], typer.Option(help="draw the memory map (address against step) to this image")] = None,
+    entry: Entry = None,
+) -> None:
+    """Plan the scratchpad: kernel order, tensor addresses and spills/reloads, with a proven bound."""
+    from tilegraph.ir.units import parse_bytes
+    from tilegraph.passes.memplan import (Options, SolverConfig, check_plan, format_report, from_program,
+                                          plan_memory, plot_memory_map)
+
+    try:
+        size = parse_bytes(capacity)
+    except ValueError as error:
+        raise TilegraphError(f"--capacity: {error}") from None
+    program = fused_program(model, entry)
+    problem = from_program(program, weights=weights)
+    with progress_line(f"memplan of {len(program.kernels)} kernels") as show:
+        plan = plan_memory(problem, size, order=order, weights=weights, time_limit=time_limit, solver=solver,
+                           progress=lambda p: show(str(p)),
+                           options=Options(config=SolverConfig(deterministic=True)))
+    check_plan(problem, plan)  # the independent checker: a failure here is a bug, not bad input
+    typer.echo(format_report(plan))
+    typer.echo("  checked: valid (residency at use, no overlap, capacity, fixed addresses, traffic = events)")
+    _plot(plot_memory_map, plot, plan)
+
+
+@app.command()
+def place(
+    model: ModelFile,
+    system: Annotated[str, typer.Option(help="system preset (cpu-gpu-pcie, cpu-gpu-npu, 4-core-npu) or TOML")] = "cpu-gpu-pcie",
+    time_limit: Annotated[float, typer.Option(help="seconds for the solvers")] = 30.0,
+    method: Annotated[str, typer.Option(help="auto, or one method (heft, cpop, peft, metf, lp, cpsat, ...)")] = "auto",
+    gantt: Annotated[Optional[Path], typer.Option(help="draw the schedule, one lane per device and link")] = None,
+    entry: Entry = None,
+) -> None:
+    """Place kernels on heterogeneous devices: makespan, lower bound, gap and per-device utilisation."""
+    from tilegraph.ir.system import load_system
+    from tilegraph.passes.place import check_placement, draw_gantt, format_report, place_program
+    from tilegraph.passes.place.solve import METHODS
+
+    if method not in METHODS:
+        raise TilegraphError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
+    program = fused_program(model, entry)
+    target = load_system(system)
+    with progress_line(f"placing {len(program.kernels)} kernels on {target.name}") as show:
+        placement = place_program(
+            program, target, time_limit, method,
+            progress=lambda stage, makespan, bound, elapsed: show(
+                f"[{elapsed:5.1f}s] {stage}: makespan {makespan * 1e3:.4g} ms, bound {bound * 1e3:.4g} ms"))
+    check_placement(program, target, placement)
+    typer.echo(format_report(placement))
+    typer.echo("  checked: valid (precedence, transfers on links, one kernel per device at a time, memory)")
+    _plot(draw_gantt, gantt, placement)
