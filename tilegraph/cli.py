@@ -97,6 +97,37 @@ def compile_command(
     typer.echo(text if emit == "tgir" else program_report(program, explain_fusion=explain_fusion))
 
 
+@app.command(name="import-torch")
+def import_torch(
+    spec: Annotated[str, typer.Argument(help="path/to/model.py:ClassName (constructible with no arguments)")],
+    input_shape: Annotated[list[str], typer.Option(help="shape of one input, e.g. 1,3,32,32 (repeat per input)")],
+    dtype: Annotated[Optional[list[str]], typer.Option(help="dtype per input (default f32; i64 for token ids)")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the .tgir here (weights go "
+                                                   "beside it as NAME.params.npz)")] = None,
+) -> None:
+    """Trace a PyTorch model with torch.fx and write its IR text (and its weights)."""
+    try:
+        from tilegraph.frontends.fx import import_module_file
+        from tilegraph.frontends.fx.loader import parse_shape
+    except ModuleNotFoundError as error:
+        raise TilegraphError(f"import-torch needs PyTorch ({error.name} is missing): "
+                             "pip install 'tilegraph[torch]'") from None
+    from tilegraph.ir.text import print_graph
+    from tilegraph.loading import params_sidecar
+
+    graph = import_module_file(spec, [parse_shape(s) for s in input_shape], dtype or "f32")
+    text = print_graph(graph)
+    if output is None:
+        typer.echo(text)
+        return
+    output.write_text(text + "\n", encoding="utf-8")
+    weights = {v.name: v.data for v in graph.params if v.data is not None}
+    typer.echo(f"wrote {output}: {len(graph.nodes)} nodes, {len(graph.params)} params")
+    if weights:
+        np.savez(params_sidecar(output), **weights)
+        typer.echo(f"wrote {params_sidecar(output)}")
+
+
 from tilegraph import cli_plans  # noqa: E402,F401  (registers memplan and place on the app)
 
 

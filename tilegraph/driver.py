@@ -16,7 +16,7 @@ def default_pipeline(target: str = DEFAULT_TARGET) -> str:
 
 def load_program(path: str | Path, entry: str | None = None) -> Program:
     """A Program from a file: `.tgir` keeps its kernel annotations, `.tg` starts unfused."""
-    from tilegraph.loading import load_graph, read_text
+    from tilegraph.loading import attach_params, load_graph, read_text
 
     path = Path(path)
     if path.suffix == ".tgir":
@@ -24,7 +24,9 @@ def load_program(path: str | Path, entry: str | None = None) -> Program:
 
         if entry is not None:
             raise TilegraphError(f"{path}: --entry applies to .tg files only")
-        return parse_program(read_text(path), filename=str(path))
+        program = parse_program(read_text(path), filename=str(path))
+        attach_params(program.graph, path)
+        return program
     return Program.unfused(load_graph(path, entry))
 
 

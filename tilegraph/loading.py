@@ -26,7 +26,28 @@ def load_graph(path: str | Path, entry: str | None = None) -> Graph:
         raise TilegraphError(f"{path}: --entry applies to .tg files only")
     from tilegraph.ir.text import parse_graph
 
-    return parse_graph(text, filename=str(path))
+    return attach_params(parse_graph(text, filename=str(path)), path)
+
+
+def params_sidecar(path: Path) -> Path:
+    """Where the weights of `model.tgir` live: `model.params.npz` beside it (the text carries no data)."""
+    return path.with_name(path.stem + ".params.npz")
+
+
+def attach_params(graph: Graph, path: Path) -> Graph:
+    """Give the graph's params the values saved beside `path`, when a sidecar exists."""
+    sidecar = params_sidecar(path)
+    if not sidecar.exists():
+        return graph
+    arrays = load_npz(sidecar, "params")
+    for value in graph.params:
+        if value.name in arrays:
+            array = arrays[value.name]
+            if tuple(array.shape) != value.type.shape:
+                raise InputError(f"params file {sidecar}: {value.name} has shape {list(array.shape)}, "
+                                 f"the model declares {value.type}")
+            value.data = array
+    return graph
 
 
 def read_text(path: Path) -> str:
