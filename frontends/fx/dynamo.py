@@ -2,8 +2,8 @@
 
 Dynamo hands over each captured graph with its example arguments (module weights arrive as
 placeholders). Each graph is converted for the argument shapes it is called with (the IR has static
-shapes, so a new shape converts again), passed through `apply_default_pipeline`, and run by
-`execute` on the default executable backend. A graph that cannot be converted runs eagerly in
+shapes, so a new shape converts again), compiled with `tilegraph.compile` for the default
+executable backend (`DYNAMO_TARGET`) through that backend's default pipeline, and run. A graph that cannot be converted runs eagerly in
 PyTorch instead, with a `TilegraphFallbackWarning` naming what was unsupported.
 """
 from __future__ import annotations
@@ -27,26 +27,23 @@ from .errors import TilegraphFallbackWarning
 BACKEND_NAME = "tilegraph"
 
 
-def apply_default_pipeline(graph: Graph) -> Graph:
-    """Where a torch.compile graph gets the default pass pipeline; the pass pipeline does not exist
-    yet, so today this only verifies the graph."""
+DYNAMO_TARGET = "reference"
+
+
+def compile_graph(graph: Graph, target: str | None = None):
+    """A converted graph through the pipeline, built for the default executable backend."""
+    import tilegraph
+
     verify(graph)
-    return graph
-
-
-def execute(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run on the default executable backend: the numpy reference backend until the C++ one lands."""
-    from tilegraph.backends.reference import run
-
-    return run(graph, list(inputs))
+    return tilegraph.compile(graph, target=target or DYNAMO_TARGET)
 
 
 class _Compiled:
     """One converted graph for one set of argument shapes, and the weights it was converted with."""
 
-    def __init__(self, conversion: Conversion, graph: Graph, state: list[torch.Tensor]) -> None:
+    def __init__(self, conversion: Conversion, program, state: list[torch.Tensor]) -> None:
         self.conversion = conversion
-        self.graph = graph
+        self.program = program  # a tilegraph CompiledProgram
         self.state_stamp = _stamp(state)
 
 
@@ -78,14 +75,14 @@ class TilegraphGraph:
     def _compile(self, args: list[Any]) -> _Compiled | None:
         try:
             conversion = convert_graph_module(self.gm, args, name=self.name)
-            graph = apply_default_pipeline(conversion.graph)
+            program = compile_graph(conversion.graph)
         except TilegraphError as e:
             self.eager = True
             self.fallback_reason = str(e)
             warnings.warn(f"tilegraph: running graph {self.name} eagerly in PyTorch: {e}", TilegraphFallbackWarning,
                           stacklevel=3)
             return None
-        compiled = _Compiled(conversion, graph, [args[p] for p in conversion.state_positions])
+        compiled = _Compiled(conversion, program, [args[p] for p in conversion.state_positions])
         self._scalar_positions = conversion.scalar_positions
         self._cache[self._key(args)] = compiled
         return compiled
@@ -97,7 +94,7 @@ class TilegraphGraph:
     def _run(self, compiled: _Compiled, args: Sequence[Any]) -> Any:
         conversion = compiled.conversion
         inputs = [_to_numpy(args[p]) for p in conversion.input_positions]
-        results = execute(compiled.graph, inputs)
+        results = compiled.program(*inputs)
         tensors = [torch.from_numpy(np.array(r, copy=True)).to(dtype)
                    for r, dtype in zip(results, conversion.output_dtypes)]
         leaves = [tensors[leaf] if isinstance(leaf, int) else leaf[1] for leaf in conversion.output_leaves]

@@ -23,15 +23,15 @@ def _fresh_dynamo():
 
 @pytest.fixture
 def executed(monkeypatch):
-    """Counts the graphs run by tilegraph (not by the eager fallback)."""
+    """The graphs tilegraph compiled to run (not those left to the eager fallback)."""
     calls = []
-    original = tilegraph_dynamo.execute
+    original = tilegraph_dynamo.compile_graph
 
-    def counting(graph, inputs):
+    def counting(graph, target=None):
         calls.append(graph)
-        return original(graph, inputs)
+        return original(graph, target)
 
-    monkeypatch.setattr(tilegraph_dynamo, "execute", counting)
+    monkeypatch.setattr(tilegraph_dynamo, "compile_graph", counting)
     return calls
 
 
