@@ -76,7 +76,7 @@ def _check_shapes(input_shapes) -> list[tuple[int, ...]]:
 
 def parse_shape(text: str) -> tuple[int, ...]:
     """`"1,3,32,32"` (or `1x3x32x32`) -> (1, 3, 32, 32), for the CLI's --input-shape."""
-    parts = [p for p in re.split(r"[,x\s]+", text.strip()) if p]
+    parts = re.split(r"\s*[,x]\s*|\s+", text.strip())
     try:
         dims = tuple(int(p) for p in parts)
     except ValueError:

@@ -235,3 +235,6 @@ def test_parse_shape():
     assert parse_shape("2x8") == (2, 8)
     with pytest.raises(TilegraphError):
         parse_shape("")
+    for bad in ("1,3,x", "1,,3", "0,3", "a"):
+        with pytest.raises(TilegraphError, match="bad input shape"):
+            parse_shape(bad)
