@@ -38,7 +38,8 @@ def check(model: ModelFile, entry: Entry = None) -> None:
 @app.command()
 def run(
     model: ModelFile,
-    backend: Annotated[str, typer.Option(help="backend to run on")] = "reference",
+    backend: Annotated[str, typer.Option(help="reference (the numpy oracle, op by op), or a compiled backend: "
+                                         "cpp, sycl, triton")] = "reference",
     inputs: Annotated[Optional[Path], typer.Option(help=".npz with one array per graph input, by name")] = None,
     params: Annotated[Optional[Path], typer.Option(help=".npz with parameter values, by name")] = None,
     seed: Annotated[int, typer.Option(help="seed for random inputs and parameters not given")] = 0,
@@ -50,13 +51,17 @@ def run(
     from tilegraph.ir.verifier import verify
     from tilegraph.loading import load_graph, load_npz
 
-    if backend != "reference":
-        raise TilegraphError(f"unknown backend {backend!r}; available: reference")
     graph = load_graph(model, entry)
     verify(graph)
     args = load_npz(inputs, "inputs") if inputs else reference.random_inputs(graph, seed)
     given = load_npz(params, "params") if params else None
-    results = reference.run(graph, args, params=given, seed=seed)
+    if backend == "reference":
+        results = reference.run(graph, args, params=given, seed=seed)
+    else:
+        import tilegraph
+
+        results = tilegraph.compile(graph, target=backend, params=given, seed=seed)(
+            *(reference.bind_inputs(graph, args)[v] for v in graph.inputs))
     for value, array in zip(graph.outputs, results):
         typer.echo(f"%{value.name}: {value.type}")
         with np.printoptions(precision=5, threshold=20, edgeitems=3, linewidth=100):
@@ -69,10 +74,14 @@ def run(
 @app.command(name="compile")
 def compile_command(
     model: ModelFile,
+    target: Annotated[str, typer.Option(help="a backend to build for (cpp, sycl, triton, reference), or a tiling "
+                                        "preset (cpu, accel-small, accel-large, gpu-h100) to stop at the Program")
+                      ] = "accel-small",
     pipeline: Annotated[Optional[str], typer.Option(help="pass pipeline, e.g. 'canonicalize,fuse,tile{target=cpu}'")] = None,
-    target: Annotated[str, typer.Option(help="target preset for the default pipeline")] = "accel-small",
-    emit: Annotated[str, typer.Option(help="what to print: report (decisions) or tgir (the Program)")] = "report",
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="also write the Program's .tgir here")] = None,
+    emit: Annotated[str, typer.Option(help="what to print: report (decisions), tgir (the Program), source "
+                                      "(generated code; needs a backend target)")] = "report",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the Program's .tgir here; with a "
+                                                   "backend target, a directory for it and the built files")] = None,
     explain_fusion: Annotated[bool, typer.Option(help="print every fusion decision with its reason")] = False,
     print_ir_after_all: Annotated[bool, typer.Option(help="print the IR after every pass (stderr)")] = False,
     print_ir_after: Annotated[Optional[list[str]], typer.Option(help="print the IR after this pass (repeatable)")] = None,
@@ -80,21 +89,37 @@ def compile_command(
     time_passes: Annotated[bool, typer.Option(help="print a per-pass timing table (stderr)")] = False,
     entry: Entry = None,
 ) -> None:
-    """Compile a model through the pass pipeline and print what was decided."""
+    """Compile a model through the pass pipeline; print what was decided, the Program or the code."""
+    from tilegraph.compiler import BACKENDS, backend_module, build_program
     from tilegraph.driver import compile_program, load_program
     from tilegraph.ir.program_text import print_program
     from tilegraph.report import program_report
 
-    if emit not in ("report", "tgir"):
-        raise TilegraphError(f"unknown --emit {emit!r}; choose report or tgir")
+    if emit not in ("report", "tgir", "source"):
+        raise TilegraphError(f"unknown --emit {emit!r}; choose report, tgir or source")
+    backend = target if target in BACKENDS else None
+    if emit == "source" and backend is None:
+        raise TilegraphError(f"--emit source needs a backend target ({', '.join(BACKENDS)}), not {target!r}")
+    tile_target = backend_module(backend).TILE_TARGET if backend else target
     program, _ = compile_program(
-        load_program(model, entry), pipeline, target,
+        load_program(model, entry), pipeline, tile_target,
         print_ir_after="all" if print_ir_after_all else set(print_ir_after or ()),
         dump_dir=dump_dir, time_passes=time_passes)
+    compiled = build_program(program, backend) if backend else None
     text = print_program(program)
     if output is not None:
-        output.write_text(text + "\n", encoding="utf-8")
-    typer.echo(text if emit == "tgir" else program_report(program, explain_fusion=explain_fusion))
+        written = [output] if compiled is None else [output / "program.tgir", *compiled.write(output)]
+        written[0].parent.mkdir(parents=True, exist_ok=True)
+        written[0].write_text(text + "\n", encoding="utf-8")
+        typer.echo("wrote " + ", ".join(map(str, written)), err=True)
+    if emit == "tgir":
+        typer.echo(text)
+    elif emit == "source":
+        typer.echo(compiled.source)
+    else:
+        report = program_report(program, explain_fusion=explain_fusion)
+        extra = compiled.backend_report() if compiled is not None else ""
+        typer.echo(report + (f"\nbackend {backend}:\n{extra}" if extra else ""))
 
 
 @app.command(name="import-torch")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from importlib import import_module
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +33,7 @@ class CompiledProgram:
     """A scheduled Program bound to its parameters, callable with inputs in graph-input order."""
 
     backend = "abstract"
+    source_suffix = ".txt"  # the file extension of `source`
 
     def __init__(self, program: Program, params: Mapping, source: str = "") -> None:
         self.program = program
@@ -58,6 +60,15 @@ class CompiledProgram:
     def backend_report(self) -> str:
         return ""
 
+    def write(self, directory: Path) -> list[Path]:
+        """Write what was built into `directory` (the generated source; backends may add more)."""
+        if not self.source:
+            return []
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.program.graph.name}{self.source_suffix}"
+        path.write_text(self.source, encoding="utf-8")
+        return [path]
+
 
 def backend_module(target: str):
     """The module of an executable backend; a clear error for an unknown or unavailable one."""
@@ -79,9 +90,16 @@ def compile(graph: Graph | Program, target: str = "reference", pipeline: str | N
     Parameters take their values from the graph, then `params` by name, then seeded random
     values, as in the reference backend. `options` go to the backend's `build`.
     """
+    from tilegraph.driver import compile_program
+
+    program, _ = compile_program(graph, pipeline, backend_module(target).TILE_TARGET)
+    return build_program(program, target, params=params, seed=seed, **options)
+
+
+def build_program(program: Program, target: str, *, params: Mapping[str, np.ndarray] | None = None,
+                  seed: int = 0, **options) -> CompiledProgram:
+    """Build an already scheduled Program for `target` (the second half of `compile`)."""
     from tilegraph.backends.reference import random_params
-    from tilegraph.driver import compile_program, default_pipeline
 
     module = backend_module(target)
-    program, _ = compile_program(graph, pipeline or default_pipeline(module.TILE_TARGET))
     return module.build(program, random_params(program.graph, seed, params), **options)
