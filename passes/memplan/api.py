@@ -61,6 +61,8 @@ class Options:
     full_model_limit: int = 300  # largest graph for the one-piece joint model
     window: int = 48  # steps per window in the windowed scheme
     window_time: float = 2.0  # seconds per window
+    explore_orders: int = 4  # free order: other orders tried when one's decisions do not fit in address space
+    explore_share: float = 0.25  # of the time left after the heuristics, at most, for that exploration
     config: SolverConfig = SolverConfig()
 
 
@@ -187,50 +189,60 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     search.stats["cover_bound"] = cover
     if search.done():
         return _make_plan(problem, capacity, search, baseline, order, weights)
-    # 2. free order on small graphs
-    tried: list[tuple[int, ...]] = []
-    if order == "free" and K <= options.free_order_limit and search.left() > 0.1:
-        result = solve_free_order(problem, capacity, hint=search.best, lower_bound=search.bound,
-                                  time_limit=search.take(0.4 * search.left()), config=cfg, progress=search.reporter("free-order capacity model"))
-        search.stats["free_order_status"] = result.status
-        search.raise_bound(result.bound, "free-order capacity model")
-        search.capacity_only = result.bound if result.status != "unknown" else None
-        if result.order is not None and not search.done():
-            _improve_order(search, capacity, result.order, options, hint_keep=result.keep,
-                           keep_cost=traffic(problem, result.keep), free=True, share=0.6)
-            tried.append(result.order)
-    # 3. the heuristic orders, best first (for fixed order, the program's own only)
+    # 2. free order on small graphs: the capacity-only optimum over all orders, then other orders
+    #    (each excluding those tried) until one's decisions also fit in address space
+    explored: list[tuple[int, ...]] = []
+    small = order == "free" and K <= options.free_order_limit
+    if small:
+        _explore_orders(search, capacity, options, explored, until=search.left() * (1 - options.explore_share),
+                        joint=False)
+    # 3. the joint model on the best order so far, then on the heuristic orders
+    #    (for fixed order, the program's own only)
     if order == "free":
-        queue = [search.best.order] + [p.solution.order for p in plans]
+        queue = [search.best.order] + explored[:1] + [p.solution.order for p in plans]
     else:
         queue = [program_order(problem)]
-    queue = [o for o in dict.fromkeys(queue) if o not in tried]
+    queue = list(dict.fromkeys(queue))
     for n, candidate in enumerate(queue):
         if search.done() or search.left() <= 0.05:
             break
         _improve_order(search, capacity, candidate, options, free=(order == "free"),
                        share=1.0 if n == len(queue) - 1 else 0.7)
-    # 4. time left on a small graph: search orders again from the best plan so far
-    rounds = 0
-    while order == "free" and K <= options.free_order_limit and not search.done() and search.left() > 0.5 \
-            and rounds < 3:
-        rounds += 1
-        result = solve_free_order(problem, capacity, hint=search.best, lower_bound=search.bound,
-                                  time_limit=search.take(0.6 * search.left()), config=cfg,
-                                  progress=search.reporter("free-order capacity model"))
-        search.raise_bound(result.bound, "free-order capacity model")
-        if result.order is None or result.order in tried:
-            break
-        tried.append(result.order)
-        _improve_order(search, capacity, result.order, options, hint_keep=result.keep,
-                       keep_cost=traffic(problem, result.keep), free=True, share=1.0)
-    search.stats["order_rounds"] = rounds
+    # 4. time left on a small graph: more orders, now with the joint model on each
+    if small:
+        _explore_orders(search, capacity, options, explored, until=0.5, joint=True)
     return _make_plan(problem, capacity, search, baseline, order, weights)
 
 
+def _explore_orders(search: _Search, capacity: int, options: Options, explored: list[tuple[int, ...]], *,
+                    until: float, joint: bool) -> None:
+    """Solve the free-order capacity model again and again, each time excluding the orders already
+    explored, and try each new order (placement; with `joint`, the joint model too), while more than
+    `until` seconds are left. The bound combines the model's (valid for the orders not excluded) with
+    each excluded order's own."""
+    problem = search.problem
+    while not search.done() and len(explored) <= options.explore_orders and search.left() > until + 0.05:
+        result = solve_free_order(problem, capacity, hint=search.best, lower_bound=search.bound,
+                                  time_limit=search.take(0.5 * (search.left() - until)), config=options.config,
+                                  progress=search.reporter("free-order capacity model"), exclude=tuple(explored))
+        excluded = min((search.order_bounds.get(o, 0) for o in explored), default=result.bound)
+        search.raise_bound(min(result.bound, excluded), "free-order capacity model")
+        if not explored:
+            search.stats["free_order_status"] = result.status
+            search.capacity_only = result.bound if result.status != "unknown" else None
+        if result.order is None:
+            break
+        explored.append(result.order)
+        search.order_bounds[result.order] = max(result.bound, search.order_bounds.get(result.order, 0))
+        _improve_order(search, capacity, result.order, options, hint_keep=result.keep,
+                       keep_cost=traffic(problem, result.keep), free=True, share=0.5 if not joint else 1.0,
+                       joint=joint)
+    search.stats["orders_explored"] = len(explored)
+
+
 def _improve_order(search: _Search, capacity: int, order: tuple[int, ...], options: Options, *,
-                   hint_keep=None, keep_cost: int | None = None, free: bool, share: float) -> None:
-    """Capacity-only bound, placement, then joint (or windowed) model for one order."""
+                   hint_keep=None, keep_cost: int | None = None, free: bool, share: float, joint: bool = True) -> None:
+    """Capacity-only bound, placement, then (if `joint`) the joint or windowed model for one order."""
     problem = search.problem
     cfg = options.config
     start_left = search.left()
@@ -267,7 +279,7 @@ def _improve_order(search: _Search, capacity: int, order: tuple[int, ...], optio
         search.stats["placement"] = res.status
         if res.solution is not None and search.offer(res.solution, "cpsat capacity-only + placement"):
             incumbent = res.solution
-    if search.done() or remaining() <= 0:
+    if search.done() or remaining() <= 0 or not joint:
         return
     # joint model, in one piece or windowed
     if problem.num_kernels <= options.full_model_limit:

@@ -43,7 +43,13 @@ def _ancestors(problem: MemoryProblem) -> tuple[list[int], list[int]]:
 
 
 def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | None = None, lower_bound: int = 0,
-                     time_limit: float = 5.0, config: SolverConfig = SolverConfig(), progress=None) -> FreeOrderResult:
+                     time_limit: float = 5.0, config: SolverConfig = SolverConfig(), progress=None,
+                     exclude: tuple[tuple[int, ...], ...] = ()) -> FreeOrderResult:
+    """Optimum over all orders of the capacity-only model, except the orders in `exclude`.
+
+    Excluding orders whose decisions could not be placed in address space asks for another order;
+    the bound is then valid only for the orders not excluded (callers keep it out of the plan's bound).
+    """
     start_time = time.perf_counter()
     K = T = problem.num_kernels
     g = size_unit(problem)
@@ -114,6 +120,19 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     for t in range(T):
         if sum(s for s, _ in occupancy[t]) > cap:
             model.Add(sum(s * v for s, v in occupancy[t]) <= cap)
+    for order in exclude:  # no-good: some kernel runs at another step
+        clause = []
+        for t, k in enumerate(order):
+            here, before = d[k][t], (d[k][t - 1] if t > 0 else zero)
+            for literal in (here.Not() if here is not one and here is not zero else None,
+                            before if before is not one and before is not zero else None):
+                if literal is not None:
+                    clause.append(literal)
+            if here is zero or before is one:
+                clause = None  # k can never run at step t: the order is infeasible anyway
+                break
+        if clause is not None:
+            model.AddBoolOr(clause)
     obj = sum(c * v for c, v in objective)
     model.Minimize(obj)
     lb_units = -(-lower_bound // g)
