@@ -12,13 +12,12 @@ for reading, every key is one field below.
 """
 from __future__ import annotations
 
-import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import TilegraphError
+from .presets import from_flat_toml, preset_names, read_preset
 from .units import format_bytes
 
 PRESET_DIR = Path(__file__).parent / "targets"
@@ -81,57 +80,17 @@ class Target:
 
 def target_from_dict(data: dict[str, Any], default_name: str = "target") -> Target:
     """Build a Target from TOML data: top-level keys and the keys of any tables, flattened."""
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        items = value.items() if isinstance(value, dict) else [(key, value)]
-        for inner, item in items:
-            if isinstance(item, dict):
-                raise TargetError(f"target {default_name}: table [{key}.{inner}] is nested too deep")
-            if inner in flat:
-                raise TargetError(f"target {default_name}: {inner} is given twice")
-            flat[inner] = item
-    flat.setdefault("name", default_name)
-    fields = {f.name: f for f in dataclasses.fields(Target)}
-    unknown = sorted(set(flat) - set(fields))
-    if unknown:
-        raise TargetError(f"target {flat['name']}: unknown field(s) {', '.join(unknown)}; "
-                          f"fields: {', '.join(fields)}")
-    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in flat]
-    if missing:
-        raise TargetError(f"target {flat['name']}: missing field(s) {', '.join(missing)}")
-    for name, value in flat.items():
-        expected = fields[name].type
-        ok = {"int": isinstance(value, int) and not isinstance(value, bool),
-              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-              "bool": isinstance(value, bool), "str": isinstance(value, str)}.get(expected, True)
-        if not ok:
-            raise TargetError(f"target {flat['name']}: {name} must be {expected}, got {value!r}")
-        if expected == "float":
-            flat[name] = float(value)
-    return Target(**flat)
+    return from_flat_toml(Target, data, default_name, TargetError, "target")
 
 
 def presets() -> list[str]:
     """Names of the shipped presets."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+    return preset_names(PRESET_DIR)
 
 
 def load_target(name_or_path: str | Path | Target) -> Target:
     """A preset by name (`cpu`, `accel-small`, ...), a TOML file by path, or a Target as is."""
     if isinstance(name_or_path, Target):
         return name_or_path
-    path = Path(name_or_path)
-    if path.suffix != ".toml" and not path.exists():
-        path = PRESET_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            raise TargetError(f"unknown target {str(name_or_path)!r}; presets: {', '.join(presets())} "
-                              "(or give the path of a .toml file)")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TargetError(f"{path}: no such target file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise TargetError(f"{path}: {e}") from None
-    return target_from_dict(data, path.stem)
-
-
+    data, name = read_preset(name_or_path, PRESET_DIR, TargetError, "target")
+    return target_from_dict(data, name)

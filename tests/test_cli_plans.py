@@ -75,3 +75,19 @@ def test_place_prints_makespan_bound_and_utilisation(capsys, tmp_path):
 def test_place_unknown_system_is_a_clear_error(capsys):
     code, _, err = cli(capsys, "place", BLOCK, "--system", "quantum")
     assert code == 2 and "unknown system 'quantum'" in err
+
+
+def test_simulate_prints_cycles_and_writes_trace_and_plot(capsys, tmp_path):
+    import json
+
+    trace, plot = tmp_path / "trace.json", tmp_path / "timeline.png"
+    code, out, err = cli(capsys, "simulate", EXAMPLES / "mlp.tg", "--accel", "edge-npu", "--trace", trace,
+                         "--plot", plot)
+    assert code == 0, err
+    assert "total:" in out and "PE utilisation" in out and "DRAM: read" in out
+    assert json.loads(trace.read_text())["traceEvents"] and plot.stat().st_size > 1000
+
+
+def test_simulate_unknown_accelerator_is_a_clear_error(capsys):
+    code, _, err = cli(capsys, "simulate", EXAMPLES / "mlp.tg", "--accel", "abacus")
+    assert code == 2 and "unknown accelerator 'abacus'" in err

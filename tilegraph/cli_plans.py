@@ -1,4 +1,4 @@
-"""`tilegraph memplan` and `tilegraph place`: the two solver-backed planners, with progress and plots."""
+"""`tilegraph memplan`, `place` and `simulate`: the planners and the accelerator simulator, with plots."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -105,3 +105,26 @@ def place(
     typer.echo(format_report(placement))
     typer.echo("  checked: valid (precedence, transfers on links, one kernel per device at a time, memory)")
     _plot(draw_gantt, gantt, placement)
+
+
+@app.command()
+def simulate(
+    model: ModelFile,
+    accel: Annotated[str, typer.Option(help="accelerator preset (edge-npu, tpu-like, scalesim-default) or TOML")] = "edge-npu",
+    time_limit: Annotated[float, typer.Option(help="seconds for the memory planner")] = 2.0,
+    trace: Annotated[Optional[Path], typer.Option(help="write a Chrome/Perfetto trace of the commands (JSON)")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="draw the timeline and a roofline of the kernels")] = None,
+    entry: Entry = None,
+) -> None:
+    """Fuse, tile and memory-plan for an accelerator, then simulate it cycle-approximately."""
+    from tilegraph.backends.sim import format_sim_report, plot_timeline, simulate_graph, write_trace
+    from tilegraph.driver import load_program
+
+    program = load_program(model, entry)
+    with progress_line(f"simulating on {accel}") as show:
+        show("fuse, tile, memplan")
+        report = simulate_graph(program, accel, time_limit=time_limit)
+    typer.echo(format_sim_report(report))
+    if trace is not None:
+        typer.echo(f"wrote {write_trace(report, trace)}")
+    _plot(plot_timeline, plot, report)

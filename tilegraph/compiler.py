@@ -26,6 +26,7 @@ BACKENDS: dict[str, str] = {
     "cpp": "tilegraph.backends.cpp",
     "sycl": "tilegraph.backends.sycl",
     "triton": "tilegraph.backends.triton",
+    "sim": "tilegraph.backends.sim.compiled",
 }
 
 

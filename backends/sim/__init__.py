@@ -1,0 +1,23 @@
+"""The cycle-approximate accelerator simulator backend.
+
+    from tilegraph.backends.sim import simulate_graph, format_sim_report
+    report = simulate_graph(graph, "edge-npu")          # prepare (fuse, tile, memplan) + simulate
+    print(format_sim_report(report))
+    write_trace(report, "out.json"); plot_timeline(report, "out.png")
+
+Modules: `array` (GEMM folds on the PE array per dataflow, SCALE-Sim's count), `workload` (what a
+kernel asks of the array and vector unit), `streaming` (tensors too big for the scratchpad, moved
+by tiles), `commands` (lowering to tile-level commands),
+`engine` (event-driven timing), `report` (SimReport and its table), `trace` (Perfetto trace,
+plot), `api` (simulate, prepare, simulate_graph), `compiled` (`tilegraph.compile(target="sim")`).
+"""
+from .api import accel_target, prepare, simulate, simulate_graph
+from .array import Gemm, array_cycles
+from .commands import Command, SimError, lower
+from .report import KernelSim, SimReport, format_sim_report
+from .trace import plot_timeline, trace_events, write_trace
+
+__all__ = [
+    "simulate", "simulate_graph", "prepare", "accel_target", "SimReport", "KernelSim", "format_sim_report",
+    "write_trace", "trace_events", "plot_timeline", "Gemm", "array_cycles", "Command", "SimError", "lower",
+]

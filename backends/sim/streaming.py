@@ -1,0 +1,121 @@
+"""Streamed tensors: those too big to keep whole in the scratchpad, moved by tiles instead.
+
+The memory plan keeps whole tensors resident. When a kernel's tensors together exceed the
+scratchpad, no plan exists; rather than pretend the scratchpad is bigger, the largest tensors of
+such kernels are *streamed*: they stay in DRAM, their producer writes them tile by tile, and
+every consumer reads them tile by tile as its tiling dictates (re-reading a tile whenever a loop
+it depends on, or one outside it, advances: the tiling pass's traffic model). The memory plan
+then covers the remaining tensors at the scratchpad's capacity. The tile buffers of streamed
+operands share the scratchpad with resident tensors; the model does not subtract them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilegraph.ir.program import Kernel, Program
+from tilegraph.passes.memplan import MemoryProblem
+
+
+def choose_streamed(problem: MemoryProblem, capacity: int) -> frozenset[int]:
+    """Tensors to stream so that every kernel's remaining working set fits `capacity`: greedily the
+    largest tensor of each kernel over capacity (ties: the lower index), until none is over."""
+    streamed: set[int] = set()
+    for k in range(problem.num_kernels):
+        kept = [i for i in problem.io[k] if i not in streamed]
+        while kept and sum(problem.sizes[i] for i in kept) > capacity:
+            biggest = max(kept, key=lambda i: (problem.sizes[i], -i))
+            streamed.add(biggest)
+            kept.remove(biggest)
+    # a tensor streamed for one kernel is streamed everywhere, which only shrinks other working sets
+    return frozenset(streamed)
+
+
+def without(problem: MemoryProblem, streamed: frozenset[int]) -> MemoryProblem:
+    """The problem with the streamed tensors left out (indices renumbered)."""
+    keep = [i for i in range(problem.num_tensors) if i not in streamed]
+    index = {old: new for new, old in enumerate(keep)}
+
+    def pick(seq):
+        return tuple(tuple(index[i] for i in ts if i in index) for ts in seq)
+    return MemoryProblem(tuple(problem.tensor_names[i] for i in keep), tuple(problem.sizes[i] for i in keep),
+                         tuple(problem.kinds[i] for i in keep), tuple(problem.is_output[i] for i in keep),
+                         problem.kernel_names, pick(problem.kernel_inputs), pick(problem.kernel_outputs))
+
+
+def stream_bytes(kernel: Kernel, tensors: frozenset[str], line_bytes: int) -> dict[tuple[str, str], int]:
+    """DRAM bytes the kernel moves for each streamed tensor, as {(tensor, "load"|"store"): bytes}.
+
+    From the kernel's loop domain and tile sizes: each access's tile footprint (in whole transfer
+    lines) times how often the tile is (re)loaded or stored in the tiles' loop order. A kernel
+    without loops (a layout copy) moves each streamed operand once.
+    """
+    from tilegraph.passes.fusion import kernel_domain_of
+    from tilegraph.passes.tiling import footprint
+    from tilegraph.passes.tiling.model import moves
+
+    wanted = {v.name for v in kernel.inputs + kernel.outputs if v.name in tensors}
+    if not wanted:
+        return {}
+    out: dict[tuple[str, str], int] = {}
+    domain = kernel_domain_of(kernel)
+    if not domain.structured or not domain.loops:
+        for v in kernel.inputs:
+            if v.name in wanted:
+                out[v.name, "load"] = v.type.nbytes
+        for v in kernel.outputs:
+            if v.name in wanted:
+                out[v.name, "store"] = v.type.nbytes
+        return out
+    names = [loop.name for loop in domain.loops]
+    sizes = dict(kernel.tiles)
+    tiles = np.array([[sizes.get(loop.name, loop.extent) for loop in domain.loops]], dtype=np.float64)
+    trips = np.ceil(np.array([[loop.extent for loop in domain.loops]], dtype=np.float64) / tiles)
+    order = [names.index(n) for n, _ in kernel.tiles if n in names]
+    order += [i for i in range(len(names)) if i not in order]
+    for access in domain.accesses:
+        if access.role == "internal" or access.value.name not in wanted:
+            continue
+        size = float(footprint(access, tiles, line_bytes)[0] * moves(access, trips, order)[0])
+        key = (access.value.name, "load" if access.role == "input" else "store")
+        out[key] = out.get(key, 0) + math.ceil(size)
+    return out
+
+
+def streamed_tensors(program: Program) -> frozenset[str]:
+    """Tensors the memory plan leaves out, streamed by tiles: those `prepare` took out for size, and
+    the parameters when the plan was made without weights (memplan's `weights=False`)."""
+    names = set(program.notes.get("sim_streamed", ()))
+    if program.memory_plan is not None and not program.memory_plan.weights:
+        names |= {v.name for v in program.graph.params}
+    return frozenset(names)
+
+
+def stream_events(program: Program, line_bytes: int) -> dict[str, list[tuple]]:
+    """Per kernel name: (kind, tensor, bytes, compulsory, streamed) of its streamed tensors' traffic.
+
+    The first bytes of a streamed input or weight its first reader moves, and the bytes of a
+    streamed graph output its producer writes, up to the tensor's size, are compulsory."""
+    tensors = streamed_tensors(program)
+    if not tensors:
+        return {}
+    values = {v.name: v for v in program.tensors()}
+    outputs = {v.name for v in program.graph.outputs}
+    seen: set[str] = set()
+    out: dict[str, list[tuple]] = {}
+    by_name = {k.name: k for k in program.kernels}
+    for name in program.memory_plan.order:
+        for (tensor, kind), size in sorted(stream_bytes(by_name[name], tensors, line_bytes).items()):
+            value = values[tensor]
+            first = (kind == "load" and value.producer is None and tensor not in seen) or \
+                    (kind == "store" and tensor in outputs)
+            comp = min(size, value.type.nbytes) if first else 0
+            if kind == "load":
+                seen.add(tensor)
+            events = out.setdefault(name, [])
+            if comp:
+                events.append((kind, tensor, comp, True, False))
+            if size > comp:
+                events.append((kind, tensor, size - comp, False, True))
+    return out

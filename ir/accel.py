@@ -1,0 +1,102 @@
+"""Accelerator descriptions for the cycle-approximate simulator: PE array, vector unit, memories, DMA.
+
+An `Accelerator` is plain data (sizes in bytes, rates per cycle): a `pe_rows x pe_cols` systolic
+array running one dataflow (`ws` weight-, `os` output- or `is` input-stationary), a vector unit
+for elementwise and reduction work, an on-chip scratchpad, DRAM reached through `dma_engines`
+DMA engines sharing `dram_bytes_per_cycle` with `dram_latency` cycles per transfer, and whether
+transfers overlap compute (`double_buffer`). Optional per-access energies (pJ) give an energy
+estimate. Presets live as TOML files in `ir/accels/*.toml` and load by name
+(`load_accel("edge-npu")`) or by path; TOML tables (`[array]`, `[memory]`, ...) are only for
+reading, every key is one field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import TilegraphError
+from .presets import from_flat_toml, preset_names, read_preset
+
+PRESET_DIR = Path(__file__).parent / "accels"
+DATAFLOWS = ("ws", "os", "is")
+
+
+class AccelError(TilegraphError):
+    """An unknown accelerator preset or a malformed description; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A DNN accelerator as the simulator sees it (cycles are clock cycles of `clock_ghz`)."""
+
+    name: str
+    pe_rows: int
+    pe_cols: int
+    dataflow: str
+    scratchpad_bytes: int
+    dram_bytes_per_cycle: float
+    description: str = ""
+    dram_latency: int = 100  # cycles from issue to the first byte
+    dma_engines: int = 2
+    double_buffer: bool = True
+    vector_lanes: int = 16
+    vector_ops_per_cycle: int = 1  # per lane
+    clock_ghz: float = 1.0
+    word_bytes: int = 4  # bytes per data word (tensor sizes come from their dtypes; exports to SCALE-Sim use it)
+    dma_burst_bytes: int = 64
+    # energies per access (picojoules), 0 to leave out of the estimate
+    mac_pj: float = 0.0
+    vector_op_pj: float = 0.0
+    dram_pj_per_byte: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.dataflow not in DATAFLOWS:
+            raise AccelError(f"accelerator {self.name}: dataflow must be one of {', '.join(DATAFLOWS)}, "
+                             f"got {self.dataflow!r}")
+        for name in ("pe_rows", "pe_cols", "scratchpad_bytes", "dma_engines", "vector_lanes",
+                     "vector_ops_per_cycle", "word_bytes", "dma_burst_bytes"):
+            if getattr(self, name) < 1:
+                raise AccelError(f"accelerator {self.name}: {name} must be at least 1, got {getattr(self, name)}")
+        if self.dram_bytes_per_cycle <= 0 or self.clock_ghz <= 0:
+            raise AccelError(f"accelerator {self.name}: dram_bytes_per_cycle and clock_ghz must be positive")
+        if self.dram_latency < 0:
+            raise AccelError(f"accelerator {self.name}: dram_latency must be >= 0, got {self.dram_latency}")
+
+    @property
+    def pes(self) -> int:
+        return self.pe_rows * self.pe_cols
+
+    @property
+    def vector_width(self) -> int:
+        """Elementwise operations the vector unit finishes per cycle."""
+        return self.vector_lanes * self.vector_ops_per_cycle
+
+    @property
+    def dram_gbps(self) -> float:
+        return self.dram_bytes_per_cycle * self.clock_ghz
+
+    def describe(self) -> str:
+        buffering = "double-buffered" if self.double_buffer else "single-buffered"
+        return (f"{self.name}: {self.pe_rows}x{self.pe_cols} {self.dataflow} array, {self.vector_lanes}-lane vector "
+                f"unit, {self.scratchpad_bytes // 1024} KiB scratchpad ({buffering}), DRAM "
+                f"{self.dram_bytes_per_cycle:g} B/cycle + {self.dram_latency} cycles, {self.dma_engines} DMA "
+                f"engine(s), {self.clock_ghz:g} GHz")
+
+
+def accel_from_dict(data: dict[str, Any], default_name: str = "accel") -> Accelerator:
+    """Build an Accelerator from TOML data: top-level keys and the keys of any tables, flattened."""
+    return from_flat_toml(Accelerator, data, default_name, AccelError, "accelerator")
+
+
+def accel_presets() -> list[str]:
+    """Names of the shipped accelerator presets."""
+    return preset_names(PRESET_DIR)
+
+
+def load_accel(name_or_path: str | Path | Accelerator) -> Accelerator:
+    """A preset by name (`edge-npu`, `tpu-like`, `scalesim-default`), a TOML file by path, or as is."""
+    if isinstance(name_or_path, Accelerator):
+        return name_or_path
+    data, name = read_preset(name_or_path, PRESET_DIR, AccelError, "accelerator")
+    return accel_from_dict(data, name)

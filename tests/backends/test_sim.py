@@ -1,0 +1,337 @@
+"""The accelerator simulator: array fold model, lowering, timing, reports, and its properties."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import graphs
+
+from tilegraph.backends.sim import (Gemm, SimError, array_cycles, format_sim_report, lower, plot_timeline, prepare,
+                                    simulate, simulate_graph, trace_events, write_trace)
+from tilegraph.backends.sim.array import folds, mapping_efficiency, spatio_temporal
+from tilegraph.ir import GraphBuilder, TilegraphError
+from tilegraph.ir.accel import AccelError, Accelerator, accel_from_dict, accel_presets, load_accel
+from tilegraph.ir.program import Program
+from tilegraph.passes.tiling import TilingError
+
+# Small machine for the properties: a tiny scratchpad makes the memory plan spill.
+TINY = Accelerator(name="tiny", pe_rows=4, pe_cols=4, dataflow="ws", scratchpad_bytes=4096,
+                   dram_bytes_per_cycle=4.0, dram_latency=20, dma_engines=2, vector_lanes=4)
+
+
+def matmul_graph(m: int, k: int, n: int):
+    b = GraphBuilder("mm")
+    x = b.input("x", (m, k))
+    w = b.param("w", (k, n))
+    return b.output(b.matmul(x, w))
+
+
+# ----- the accelerator description ---------------------------------------------------------------
+def test_presets_load_and_describe():
+    assert {"edge-npu", "tpu-like", "scalesim-default"} <= set(accel_presets())
+    edge = load_accel("edge-npu")
+    assert (edge.pe_rows, edge.pe_cols, edge.scratchpad_bytes, edge.dataflow) == (16, 16, 256 * 1024, "ws")
+    tpu = load_accel("tpu-like")
+    assert tpu.pes == 128 * 128 and tpu.scratchpad_bytes >= 2 * 2 ** 20
+    ss = load_accel("scalesim-default")
+    assert (ss.pe_rows, ss.pe_cols, ss.dataflow) == (32, 32, "os")
+    assert load_accel(edge) is edge
+    assert "16x16" in edge.describe()
+
+
+def test_accel_errors_name_the_field(tmp_path):
+    with pytest.raises(AccelError, match="unknown accelerator 'nope'"):
+        load_accel("nope")
+    with pytest.raises(AccelError, match="dataflow"):
+        dataclasses.replace(TINY, dataflow="rs")
+    with pytest.raises(AccelError, match="unknown field.*lanes"):
+        accel_from_dict({"pe_rows": 1, "pe_cols": 1, "dataflow": "ws", "scratchpad_bytes": 1,
+                         "dram_bytes_per_cycle": 1.0, "lanes": 3})
+    with pytest.raises(AccelError, match="pe_rows must be int"):
+        accel_from_dict({"pe_rows": "4", "pe_cols": 1, "dataflow": "ws", "scratchpad_bytes": 1,
+                         "dram_bytes_per_cycle": 1.0})
+    path = tmp_path / "mine.toml"
+    path.write_text('[array]\npe_rows = 2\npe_cols = 3\ndataflow = "is"\n[memory]\nscratchpad_bytes = 1024\n'
+                    "dram_bytes_per_cycle = 2\n")
+    mine = load_accel(path)
+    assert (mine.name, mine.pes, mine.dram_bytes_per_cycle) == ("mine", 6, 2.0)
+
+
+# ----- the array fold model ----------------------------------------------------------------------
+# Cycle counts SCALE-Sim 3.0.0 reported ("Total Cycles", no stalls) for an 8-row, 4-column array;
+# layers as (M output pixels, N filters, K window): two GEMMs and a 3x3 conv on a 10x10x8 map.
+SCALESIM_8x4 = {
+    (20, 7, 10): {"os": 119, "ws": 151, "is": 249},
+    (64, 40, 48): {"os": 4639, "ws": 4919, "is": 5567},
+    (64, 12, 72): {"os": 1967, "ws": 2213, "is": 4319},
+}
+
+
+@pytest.mark.parametrize("mnk", sorted(SCALESIM_8x4))
+@pytest.mark.parametrize("dataflow", ["os", "ws", "is"])
+def test_array_cycles_match_scalesim_counts(mnk, dataflow):
+    m, n, k = mnk
+    assert array_cycles(Gemm(m, n, k), 8, 4, dataflow) == SCALESIM_8x4[mnk][dataflow]
+
+
+def test_array_cycles_closed_forms():
+    # ws on 4x4: K=8 on rows (2 folds), N=4 on columns (1 fold), T=M=5 rows streamed; fold = 2*4+4+5-2
+    g = Gemm(5, 4, 8)
+    assert spatio_temporal(g, "ws") == (8, 4, 5) and folds(g, 4, 4, "ws") == 2
+    assert array_cycles(g, 4, 4, "ws") == 2 * 15 - 1
+    # os: M=5 on rows (2 folds), N=4 (1 fold), T=K=8; fold = 8+4+4-2
+    assert array_cycles(g, 4, 4, "os") == 2 * 14 - 1
+    # is: K=8 rows (2 folds), M=5 columns (2 folds), T=N=4; fold = 2*4+4+4-2
+    assert array_cycles(g, 4, 4, "is") == 4 * 14 - 1
+    assert array_cycles(Gemm(5, 4, 8, repeats=3), 4, 4, "ws") == 3 * 29
+    assert array_cycles(Gemm(0, 4, 8), 4, 4, "ws") == 0
+    # a 1x1 array never beats one MAC per cycle
+    assert array_cycles(Gemm(3, 3, 3), 1, 1, "os") == 27
+    assert mapping_efficiency(Gemm(5, 4, 8), 4, 4, "os") == pytest.approx(20 / 32)
+
+
+# ----- lowering and timing -----------------------------------------------------------------------
+def test_elementwise_kernel_timeline_by_hand():
+    b = GraphBuilder("r")
+    graph = b.output(b.relu(b.input("x", (4, 4))))
+    accel = dataclasses.replace(TINY, scratchpad_bytes=1 << 16, dram_bytes_per_cycle=16.0, dram_latency=100,
+                                vector_lanes=16)
+    report = simulate_graph(graph, accel, solver="heuristic")
+    # load 64 B (4 cycles + 100 latency), relu on 16 elements (1 cycle), store 64 B (4 + 100)
+    assert report.cycles == 104 + 1 + 104
+    (k,) = report.kernels
+    assert (k.compute, k.dma, k.stall) == (1, 8, 200)
+    assert report.read_compulsory == report.write_compulsory == 64
+    assert report.spill_bytes == 0 and report.macs == 0
+
+
+def test_single_gemm_uses_the_fold_model_and_overlaps_dma():
+    accel = load_accel("edge-npu")
+    report = simulate_graph(matmul_graph(64, 64, 64), accel, solver="heuristic")
+    expected = array_cycles(Gemm(64, 64, 64), 16, 16, "ws")
+    assert report.array_cycles == expected
+    assert report.macs == 64 ** 3
+    assert report.cycles >= expected
+    serial = expected + sum(math.ceil(t.command.bytes / accel.dram_bytes_per_cycle) + accel.dram_latency
+                            for t in report.timeline if t.command.kind in ("load", "store"))
+    assert report.cycles < serial  # transfers overlap compute when double-buffered
+    assert report.dram_read_bytes == 2 * 64 * 64 * 4 and report.dram_write_bytes == 64 * 64 * 4
+
+
+def test_prefetch_window():
+    from tilegraph.backends.sim.commands import _Step, prefetch_limits
+
+    steps = [_Step(0, [("t", size, True, False)], [], 1, 0) for size in (10, 10, 10, 10, 300, 10)]
+    single = dataclasses.replace(TINY, scratchpad_bytes=400, double_buffer=False)
+    assert prefetch_limits(steps, single) == [-1, 0, 1, 2, 3, 4]
+    # double-buffered, 200 B of staging: at least two steps back (the tiles' double buffer), further
+    # back while the loads in between fit in 200 B
+    assert prefetch_limits(steps, dataclasses.replace(single, double_buffer=True)) == [-2, -1, -1, -1, 2, 3]
+    roomy = dataclasses.replace(single, scratchpad_bytes=10_000, double_buffer=True)
+    assert prefetch_limits(steps, roomy) == [-2, -1, -1, -1, -1, -1]
+
+
+def test_conv_gemm_shape():
+    b = GraphBuilder("c")
+    x = b.input("x", (1, 8, 10, 10))
+    w = b.param("w", (12, 8, 3, 3))
+    graph = b.output(b.conv2d(x, w))
+    lowered = lower(prepare(graph, TINY, solver="heuristic"), TINY)
+    (work,) = lowered.works
+    assert work.gemms == (Gemm(64, 12, 72),)
+    assert lowered.array_cycles == (array_cycles(Gemm(64, 12, 72), 4, 4, "ws"),)
+
+
+@pytest.mark.parametrize("example", ["mlp", "transformer_block"])
+def test_a_larger_scratchpad_is_not_slower_on_the_examples(example):
+    # not guaranteed by construction: the tiles, the plan and the sub-tile steps change with the
+    # scratchpad, so cycles may wobble slightly; checked on real models to within 1%
+    from pathlib import Path
+
+    from tilegraph.frontends.dsl import parse_file
+
+    graph = parse_file(Path(__file__).parents[2] / "examples" / f"{example}.tg")
+    base = load_accel("edge-npu")
+    cycles = [simulate_graph(graph, dataclasses.replace(base, scratchpad_bytes=kib * 1024), solver="heuristic").cycles
+              for kib in (64, 128, 256, 512, 1024)]
+    assert all(later <= 1.01 * earlier for earlier, later in zip(cycles, cycles[1:]))
+    assert cycles[-1] < cycles[0]
+
+
+def test_needs_a_memory_plan():
+    with pytest.raises(SimError, match="no memory plan"):
+        simulate(Program.unfused(matmul_graph(4, 4, 4)), TINY)
+
+
+def test_tensors_too_big_for_the_scratchpad_are_streamed_by_tiles():
+    accel = load_accel("edge-npu")
+    graph = matmul_graph(256, 256, 256)  # 256 KiB per operand: no kernel working set fits whole
+    program = prepare(graph, accel, solver="heuristic")
+    # greedily the largest (first on ties) until the rest fits: x, then w; the result stays planned
+    assert program.notes["sim_streamed"] == ("w", "x") and program.memory_plan.capacity == accel.scratchpad_bytes
+    report = simulate(program, accel)
+    size = 256 * 256 * 4
+    assert report.read_compulsory == 2 * size and report.write_compulsory == size
+    assert report.read_stream > 0 and report.write_stream == 0  # tiles re-read under the 256 KiB budget
+    assert any("streamed by tiles" in n for n in report.notes)
+    ideal = simulate(prepare(graph, accel, solver="heuristic", stream=False), accel)
+    assert ideal.stream_bytes == 0 and ideal.dram_bytes == 3 * size < report.dram_bytes
+
+
+def test_a_plan_without_weights_streams_them():
+    from tilegraph.passes.memplan import memplan
+
+    graph = matmul_graph(16, 32, 8)
+    tiled = prepare(graph, TINY, solver="heuristic", capacity=1 << 20)
+    tiled = dataclasses.replace(tiled, memory_plan=None)
+    program = memplan(tiled, capacity=1 << 20, weights=False, solver="heuristic")
+    report = simulate(program, TINY)
+    weight = [t.command for t in report.timeline if t.command.tensor == "w"]
+    assert weight and all(c.kind == "load" for c in weight)
+    assert sum(c.bytes for c in weight if c.compulsory) == 32 * 8 * 4
+    assert report.dram_bytes == program.memory_plan.total_traffic + sum(c.bytes for c in weight)
+
+
+def test_capacity_raised_to_whole_tensor_working_set_is_reported():
+    program = prepare(matmul_graph(64, 64, 64), TINY, solver="heuristic", stream=False)
+    assert program.memory_plan.capacity == 3 * 64 * 64 * 4 > TINY.scratchpad_bytes
+    report = simulate(program, TINY)
+    assert report.plan_capacity == program.memory_plan.capacity
+    assert any("capacity asked for" in n for n in report.notes)
+
+
+def spilling_graph():
+    """t0 and t1 live across the t2 -> t3 chain: at the smallest capacity one of them is spilled."""
+    b = GraphBuilder("spill")
+    x = b.input("x", (8, 8))
+    w = [b.param(f"w{i}", (8, 8)) for i in range(6)]
+    t0, t1, t2 = (b.matmul(x, w[i]) for i in range(3))
+    t4 = b.add(b.matmul(b.matmul(t2, w[3]), w[4]), t1)
+    return b.output(b.add(b.matmul(t4, w[5]), t0))
+
+
+def test_spills_and_reloads_are_simulated():
+    program = prepare(spilling_graph(), TINY, solver="heuristic", capacity=1, stream=False, order="fixed")
+    plan = program.memory_plan
+    assert plan.traffic > 0
+    report = simulate(program, TINY)
+    assert report.spill_bytes == plan.traffic and report.dram_bytes == plan.total_traffic
+    assert report.read_reload > 0 and report.write_spill > 0
+    by_id = {t.command.id: t for t in report.timeline}
+    for t in report.timeline:  # a reload starts after its spill has finished
+        if t.command.kind == "load" and not t.command.compulsory:
+            spills = [by_id[d] for d in t.command.deps if by_id[d].command.kind == "store"]
+            assert spills and all(t.start >= s.end for s in spills)
+    assert all(k.cycles > 0 for k in report.kernels)
+    roomy = simulate(prepare(spilling_graph(), TINY, solver="heuristic", order="fixed"), TINY)
+    assert roomy.spill_bytes == 0 and roomy.cycles < report.cycles
+
+
+# ----- reports and exports -----------------------------------------------------------------------
+def test_report_table_trace_and_plot(tmp_path, monkeypatch):
+    report = simulate_graph(matmul_graph(32, 16, 24), "edge-npu", solver="heuristic")
+    text = format_sim_report(report)
+    assert "edge-npu" in text and report.kernels[0].name in text and f"{report.cycles:,} cycles" in text
+    path = write_trace(report, tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == len(report.timeline)
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(report.cycles / 1e3)
+    assert {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"} >= {"array", "dma0"}
+    assert trace_events(report) == data
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(TilegraphError, match="pip install matplotlib"):
+        plot_timeline(report, tmp_path / "t.png")
+
+
+def test_compiled_sim_backend_runs_and_simulates():
+    import numpy as np
+
+    from tilegraph.backends.reference import random_params
+    from tilegraph.backends.sim.compiled import TILE_TARGET, build
+    from tilegraph.driver import compile_program, default_pipeline
+
+    graph = matmul_graph(8, 4, 8)
+    program, _ = compile_program(graph, default_pipeline(TILE_TARGET))
+    params = random_params(program.graph, 0, None)
+    fn = build(program, params, accel="edge-npu", solver="heuristic")
+    x = np.ones((8, 4), np.float32)
+    (y,) = fn(x)
+    np.testing.assert_allclose(y, x @ next(iter(params.values())), rtol=1e-5)
+    assert fn.simulate() == fn.simulate() and fn.simulate().macs == 8 * 4 * 8
+
+
+# ----- properties over random graphs -------------------------------------------------------------
+def _prepared(graph, mode="spill"):
+    """Tiled for the 4 KiB scratchpad; memory planned at the smallest feasible capacity ("spill")
+    or at 512 B with the tensors that do not fit streamed ("stream")."""
+    try:
+        if mode == "spill":
+            return prepare(graph, TINY, solver="heuristic", capacity=1, stream=False)
+        return prepare(graph, TINY, solver="heuristic", capacity=512)
+    except TilingError:
+        return None  # a kernel whose smallest tile exceeds the 4 KiB scratchpad
+
+
+ARRAY_GRAPHS = graphs(max_nodes=10, max_side=5, ops=["matmul", "batch_matmul", "conv2d", "add", "relu", "mul",
+                                                    "transpose", "max_pool2d"])
+
+
+@settings(max_examples=25)
+@given(st.one_of(graphs(max_nodes=10, max_side=5), ARRAY_GRAPHS), st.sampled_from([1.0, 3.0]),
+       st.sampled_from([True, False]), st.sampled_from(["spill", "stream"]))
+def test_simulation_properties(graph, bandwidth, double, mode):
+    program = _prepared(graph, mode)
+    if program is None:
+        return
+    accel = dataclasses.replace(TINY, dram_bytes_per_cycle=bandwidth, double_buffer=double)
+    report = simulate(program, accel)
+    plan = program.memory_plan
+    # the simulator moves exactly the plan's bytes for planned tensors, split the same way
+    streamed = set(program.notes.get("sim_streamed", ()))
+    dma = [t.command for t in report.timeline if t.command.kind in ("load", "store")]
+    planned = [c for c in dma if c.tensor not in streamed]
+    assert sum(c.bytes for c in planned) == plan.compulsory + plan.traffic
+    assert sum(c.bytes for c in planned if not c.compulsory) == plan.traffic == report.spill_bytes
+    assert report.dram_bytes == sum(c.bytes for c in dma)
+    if mode == "spill":
+        assert not streamed and report.stream_bytes == 0
+    # a streamed tensor is written whole by its producer and read by every consumer
+    values = {v.name: v for v in program.tensors()}
+    for name in streamed:
+        value = values[name]
+        if value.producer is not None:
+            assert sum(c.bytes for c in dma if c.tensor == name and c.kind == "store") >= value.type.nbytes
+        readers = {k.name for k in program.kernels if value in k.inputs}
+        assert readers == {c.kernel for c in dma if c.tensor == name and c.kind == "load"}
+    # bounds: never below the array's work, the MAC bound or the DRAM bound
+    assert report.cycles >= 0
+    assert report.cycles >= report.array_cycles >= math.ceil(report.compute_bound)
+    assert report.cycles >= report.memory_bound
+    # windows partition the timeline; each window is compute + exposed DMA + stall
+    assert sum(k.cycles for k in report.kernels) == report.cycles
+    assert all(k.compute + k.dma + k.stall == k.cycles and min(k.compute, k.dma, k.stall) >= 0
+               for k in report.kernels)
+    # more bandwidth, lower latency, double buffering: never slower
+    faster = dataclasses.replace(accel, dram_bytes_per_cycle=2 * bandwidth)
+    assert simulate(program, faster).cycles <= report.cycles
+    assert simulate(program, dataclasses.replace(accel, dram_latency=0)).cycles <= report.cycles
+    if not double:
+        assert simulate(program, dataclasses.replace(accel, double_buffer=True)).cycles <= report.cycles
+    # deterministic
+    assert simulate(program, accel) == report
+
+
+@settings(max_examples=5)
+@given(graphs(max_nodes=5, max_side=4))
+def test_prepare_is_deterministic(graph):
+    first = _prepared(graph)
+    if first is None:
+        return
+    second = _prepared(graph)
+    assert simulate(first, TINY) == simulate(second, TINY)
