@@ -62,7 +62,7 @@ class Options:
     window: int = 48  # steps per window in the windowed scheme
     window_time: float = 2.0  # seconds per window
     explore_orders: int = 4  # free order: other orders tried when one's decisions do not fit in address space
-    explore_share: float = 0.25  # of the time left after the heuristics, at most, for that exploration
+    explore_share: float = 0.6  # of the time left after the heuristics: the first free-order solve and the exploration
     config: SolverConfig = SolverConfig()
 
 
@@ -221,9 +221,12 @@ def _explore_orders(search: _Search, capacity: int, options: Options, explored: 
     `until` seconds are left. The bound combines the model's (valid for the orders not excluded) with
     each excluded order's own."""
     problem = search.problem
-    while not search.done() and len(explored) <= options.explore_orders and search.left() > until + 0.05:
+    while not search.done() and len(explored) <= options.explore_orders and \
+            (not explored or search.left() > until + 0.05):
+        # the first solve gives the bound over all orders: it gets the larger share
+        budget = 0.4 * search.left() if not explored else 0.5 * (search.left() - until)
         result = solve_free_order(problem, capacity, hint=search.best, lower_bound=search.bound,
-                                  time_limit=search.take(0.5 * (search.left() - until)), config=options.config,
+                                  time_limit=search.take(budget), config=options.config,
                                   progress=search.reporter("free-order capacity model"), exclude=tuple(explored))
         excluded = min((search.order_bounds.get(o, 0) for o in explored), default=result.bound)
         search.raise_bound(min(result.bound, excluded), "free-order capacity model")
