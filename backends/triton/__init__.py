@@ -1,0 +1,46 @@
+"""The Triton backend: one `@triton.jit` kernel per fused kernel, plus a launcher.
+
+    fn = tilegraph.compile(graph, target="triton")
+    y, = fn(x)                 # numpy in, numpy out
+    y, = fn.run_torch(x_cuda)  # torch tensors in and out
+    print(fn.source)           # the generated module
+
+Runs on a CUDA device, or on the CPU under `TRITON_INTERPRET=1` (set before triton is imported).
+Generating source needs neither triton nor torch.
+
+Modules: `names` (safe identifiers), `scalar` (scalar bodies as Triton expressions), `kernel` (one
+kernel: the tiled executor's schedule over rank-R blocks), `dot` (tl.dot: matmul, batched matmul,
+implicit-GEMM conv), `attention` (online softmax), `module` (the generated module and its launch
+steps), `runtime` (TritonProgram), `autotune` (warps/stages timed on CUDA, cached per shape),
+`hopper` (ahead-of-time `triton.compile` for sm_90 without a GPU).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tilegraph.ir.program import Program
+
+from .kernel import KernelSource, emit_kernel
+from .module import GeneratedModule, generate
+from .names import mangle
+from .runtime import TritonProgram
+
+TILE_TARGET = "gpu-h100"
+
+
+def build(program: Program, params: Mapping, *, device: str | None = None, autotune: bool = True) -> TritonProgram:
+    """Generate the module for a fused, tiled Program and bind its parameters.
+
+    `device`: a torch device for the tensors (default: cuda, or cpu under the interpreter);
+    `autotune`: time candidate launch configs on the first CUDA run (cached per shape).
+    """
+    return TritonProgram(program, params, device=device, autotune_=autotune)
+
+
+def generate_source(program: Program) -> str:
+    """The generated Python module of a Program, without loading triton."""
+    return generate(program).text
+
+
+__all__ = ["TILE_TARGET", "build", "generate_source", "TritonProgram", "GeneratedModule", "KernelSource",
+           "emit_kernel", "mangle"]

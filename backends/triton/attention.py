@@ -1,0 +1,76 @@
+"""The attention kernel kind: FlashAttention's online softmax over key/value tiles.
+
+A mixin of the kernel emitter (`kernel.KernelEmitter`). Per program (a tile of query rows, per
+batch), for each key/value tile: the score nodes (q k^T, scale, masks) as generic nodes, then the
+running max `m_i`, running sum `l_i` and rescaled accumulator `o_i`; the output is `o_i / l_i`,
+written once. The same recurrence as the tiled reference executor's `attention()`.
+"""
+from __future__ import annotations
+
+from tilegraph.ir.structured import REDUCTION
+
+from .scalar import Expr, cast, tl_type
+
+
+class AttentionMixin:
+    """Attention code generation for KernelEmitter."""
+
+    def attention(self) -> None:
+        from tilegraph.passes.fusion import match_kernel
+
+        domain = self.domain
+        match = match_kernel(self.kernel.nodes)
+        at = domain.index
+        core = {at(n) for n in (match.max, match.sub, match.exp, match.sum, match.div, match.pv)}
+        scores = [i for i in range(len(domain.nodes)) if i not in core]
+        (kv,) = domain.loops_of_kind(REDUCTION)
+        mx, pv = at(match.max), at(match.pv)
+        out = match.pv.result
+        rows = self.region(mx) - {kv}
+        acc_loops = self.region(pv) - {kv}
+        self.header()
+        self.line(f"m_i = tl.full({self.shape(rows)}, float('-inf'), tl.float32)")
+        self.line(f"l_i = tl.zeros({self.shape(rows)}, dtype=tl.float32)")
+        self.line(f"o_i = tl.zeros({self.shape(acc_loops)}, dtype=tl.float32)")
+        opened = self.reduction_loops((kv,))
+        for i in scores:
+            self.whole(i)
+        s, _ = self.read(match.score, domain.compose_map(mx, domain.spaces[mx].inputs[0]))
+        self.check_size(mx, self.region(mx))
+        self.line(f"s = tl.broadcast_to({cast(s, 'float32').code}, {self.shape(self.region(mx))})")
+        if self.masks.get(kv):
+            self.line(f"s = tl.where({self.masks[kv]}, s, float('-inf'))")
+        self.line(f"m_new = tl.maximum(m_i, tl.max(s, axis={kv}, keep_dims=True))")
+        self.line("shift = tl.where(m_new == float('-inf'), 0.0, m_new)")
+        self.line("p = tl.exp(s - shift)")
+        self.line("scale = tl.exp(m_i - shift)")
+        self.line(f"l_i = l_i * scale + tl.sum(p, axis={kv}, keep_dims=True)")
+        # p @ v through the pv node's own operand maps: `p` stands for its first operand (softmax's
+        # numerator, unnormalised), in v's type so that the dot runs on tensor cores for f16/bf16
+        p_value, v_value = match.pv.inputs
+        v_type = tl_type(v_value.type.dtype)
+        if v_type != "float32":
+            self.line(f"p = p.to(tl.{v_type})")
+        self.env[p_value] = Expr("p", v_type)
+        self.shape_of[p_value] = self.region(mx)
+        plan = self.dot_plan(pv)
+        if plan is not None:
+            step = self.dot_block(pv, plan)
+        else:
+            v, _ = self.read(v_value, domain.compose_map(pv, domain.spaces[pv].inputs[1]))
+            self.check_size(pv, self.region(pv))
+            self.line(f"pv = tl.broadcast_to(p.to(tl.float32) * {cast(v, 'float32').code}, "
+                      f"{self.shape(self.region(pv))})")
+            if self.masks.get(kv):
+                self.line(f"pv = tl.where({self.masks[kv]}, pv, 0.0)")
+            step = f"tl.sum(pv, axis={kv}, keep_dims=True)"
+        self.line(f"o_i = o_i * scale + {step}")
+        self.line("m_i = m_new")
+        self.close_loops(opened)
+        self.env.pop(p_value, None)
+        t = tl_type(out.type.dtype)
+        self.line(f"res = tl.broadcast_to((o_i / l_i).to(tl.{t}), {self.shape(acc_loops)})")
+        self.store(out, "res", acc_loops, domain.compose_map(pv, domain.spaces[pv].outputs[0]))
+
+
+__all__ = ["AttentionMixin"]

@@ -1,0 +1,172 @@
+"""Reductions `acc + a * b` as `tl.dot`: matmul, batched matmul, conv2d as implicit GEMM, attention's matmuls.
+
+A mixin of the kernel emitter (`kernel.KernelEmitter`): it needs the emitter's loop plans, reads,
+and line output, and gives it `dot_plan` (is this node a dot, and over which loop groups),
+`dot_product`/`dot_block` (the code), and `grouped_tiles` (launch order for tiled matmuls).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tilegraph.ir.structured import PARALLEL, Arg, Call
+
+from .scalar import compute_type, tl_type
+
+MIN_DOT = 16  # tl.dot needs every dimension >= 16 on the GPU
+GROUP_M = 8  # row tiles per launch group in tiled matmuls (L2 reuse)
+
+
+def split_update(body):
+    """A reduction body `acc <op> expr` as (op, expr) (the tiled reference executor's reading)."""
+    from tilegraph.backends.reference.tiled import split_update as split
+
+    return split(body)
+
+
+@dataclass(frozen=True)
+class DotPlan:
+    """A reduction `acc + a * b` as tl.dot: which operands, and the batch / M / N / K loop groups."""
+
+    args: tuple[int, int]
+    bs: tuple[int, ...]
+    ms: tuple[int, ...]
+    ns: tuple[int, ...]
+    ks: tuple[int, ...]
+
+    @property
+    def simple(self) -> bool:
+        """A plain 2-D [m, k] @ [k, n]: operands load straight as 2-D blocks, the accumulator stays 2-D."""
+        return not self.bs and len(self.ms) == 1 and len(self.ns) == 1
+
+
+class DotMixin:
+    """tl.dot code generation for KernelEmitter."""
+
+    def dot_plan(self, i: int) -> DotPlan | None:
+        """Whether node i's `acc + a * b` is one tl.dot (implicit GEMM) in this block, and its loop groups.
+
+        It is when a spans loops B + M + K and b spans B + K + N (sets of kernel loops wider than one
+        lane; K the reduced ones, B batch loops in both: a 3-D dot), nothing else is wider than 1, and
+        M, N, K have at least 16 lanes each. Matmul is M = {i}, N = {j}, K = {k}; conv2d is
+        M = {n, oh, ow}, N = {f}, K = {c, kh, kw}.
+        """
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        if len(node.results) != 1 or space.init[0] is None:
+            return None
+        if compute_type(tl_type(node.result.type.dtype)) != "float32":
+            return None
+        split = split_update(space.body[0])
+        if split is None or split[0] != "add":
+            return None
+        expr = split[1]
+        if not (isinstance(expr, Call) and expr.fn == "mul" and all(isinstance(a, Arg) for a in expr.args)):
+            return None
+        big_k = {k for k in self.domain.reduces(i) if self.loops[k].block > 1}
+        spans = []
+        for a in expr.args:
+            value = node.inputs[a.index]
+            if value.type.dtype.name not in ("f32", "f16", "bf16"):
+                return None
+            spans.append({d for d in self.static_loops(i, a.index) if self.loops[d].block > 1})
+        (la, lb), (va, vb) = spans, (node.inputs[a.index] for a in expr.args)
+        if va.type.dtype is not vb.type.dtype or not big_k or not (big_k <= la and big_k <= lb):
+            return None
+        bs = tuple(sorted((la & lb) - big_k))
+        ms, ns, ks = (tuple(sorted(la - big_k - set(bs))), tuple(sorted(lb - big_k - set(bs))),
+                      tuple(sorted(big_k)))
+        if not ms or not ns:
+            return None
+        if {d for d in self.region(i) if self.loops[d].block > 1} - set(bs) - set(ms) - set(ns) - big_k:
+            return None
+        if any(math.prod(self.loops[d].block for d in group) < MIN_DOT for group in (ms, ns, ks)):
+            return None
+        return DotPlan((expr.args[0].index, expr.args[1].index), bs, ms, ns, ks)
+
+    def static_loops(self, i: int, j: int) -> frozenset[int]:
+        """The kernel loops operand j of node i spans, before any code is emitted."""
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        value = node.inputs[j]
+        if value.producer in self.domain.nodes:
+            p = self.domain.index(value.producer)
+            return self.region(p) - self.domain.reduces(p)
+        return frozenset(d for e in self.domain.compose_map(i, space.inputs[j]).exprs for d, _ in e.terms)
+
+    def dot_operand(self, i: int, plan: DotPlan, which: int) -> str:
+        """Operand `which` (0: a, 1: b) as a [rows, cols] (or [batch, rows, cols]) block for tl.dot."""
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        j = plan.args[which]
+        value, amap = node.inputs[j], self.domain.compose_map(i, space.inputs[j])
+        rows, cols = (plan.ms, plan.ks) if which == 0 else (plan.ks, plan.ns)
+        size = {d: self.loops[d].block for d in range(self.R)}
+        name = self.fresh("d")
+        loops = frozenset(d for e in amap.exprs for d, _ in e.terms)
+        if plan.simple and value not in self.env and amap.pad in (None, 0.0) and loops == {rows[0], cols[0]}:
+            # a straight 2-D load feeding the dot (what the software pipeliner looks for)
+            names = {rows[0]: f"iv{rows[0]}[:, None]", cols[0]: f"iv{cols[0]}[None, :]"}
+            masks = [f"mv{k}{names[k][len(f'iv{k}'):]}" for k in sorted(loops) if self.masks.get(k)]
+            masks += self.pad_masks(value, amap, names)
+            address = f"{self.pointer[value]} + {self.offsets(value, amap, names)}"
+            text = f"{name} = tl.load({address}, mask={' & '.join(masks)}, other=0.0)" if masks \
+                else f"{name} = tl.load({address})"
+            if self.open and not (loops & set(self.open)):
+                self.hoisted(text)
+            else:
+                self.line(text)
+            return name
+        e, _ = self.read(value, amap)
+        mask = self.mask_of(plan.ks) if value in self.env else None  # loads already read 0 in tails
+        x = e.code if not mask else f"tl.where({mask}, {e.code}, 0.0)"
+        group = plan.bs + rows + cols
+        self.line(f"{name} = tl.broadcast_to({x}, {self.shape(set(group))})")
+        self.rearrange(name, sorted(group), list(group))
+        dims = ([str(math.prod(size[d] for d in plan.bs))] if plan.bs else []) + \
+            [str(math.prod(size[d] for d in rows)), str(math.prod(size[d] for d in cols))]
+        self.line(f"{name} = tl.reshape({name}, ({', '.join(dims)}))")
+        return name
+
+    def dot_product(self, i: int, plan: DotPlan, acc: str | None = None) -> str:
+        """`tl.dot(a, b[, acc])` of node i's operands."""
+        a = self.dot_operand(i, plan, 0)
+        b = self.dot_operand(i, plan, 1)
+        dtype = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.name
+        precision = ', input_precision="ieee"' if dtype == "f32" else ""
+        self.uses_dot = True
+        if acc is not None:
+            return f"tl.dot({a}, {b}, {acc}{precision})"
+        return f"tl.dot({a}, {b}{precision}, out_dtype=tl.float32)"
+
+    def dot_block(self, i: int, plan: DotPlan) -> str:
+        """The dot of node i as a rank-R block over M + N (+ batch) loops."""
+        out = self.fresh("p")
+        self.line(f"{out} = {self.dot_product(i, plan)}")
+        order = list(plan.bs + plan.ms + plan.ns)
+        self.line(f"{out} = tl.reshape({out}, ({', '.join(str(self.loops[d].block) for d in order)},))")
+        if order != sorted(order):
+            self.line(f"{out} = tl.permute({out}, ({', '.join(str(order.index(d)) for d in sorted(order))},))")
+        self.line(f"{out} = tl.reshape({out}, {self.shape(set(order))})")
+        return out
+
+    def rearrange(self, name: str, have: list[int], want: list[int]) -> None:
+        """Squeeze a rank-R block to the axes `have` (in kernel order), then permute them into `want`."""
+        sizes = ", ".join(str(self.loops[d].block) for d in have)
+        self.line(f"{name} = tl.reshape({name}, ({sizes},))")
+        if have != want:
+            self.line(f"{name} = tl.permute({name}, ({', '.join(str(have.index(d)) for d in want)},))")
+
+    def grouped_tiles(self) -> tuple[int, int] | None:
+        """(m, n) when the kernel is a tiled 2-D matmul (plus epilogue): exactly two parallel loops of
+        several tiles, and a node whose reduction is a plain tl.dot over them."""
+        if self.kernel.kind != "generic":
+            return None
+        tiled = [k for k, p in enumerate(self.loops) if p.kind == PARALLEL and p.count > 1]
+        if len(tiled) != 2 or self.loops[tiled[0]].count <= GROUP_M:
+            return None
+        for i in range(len(self.domain.nodes)):
+            plan = self.dot_plan(i)
+            if plan is not None and plan.simple and set(plan.ms + plan.ns) == set(tiled):
+                return plan.ms[0], plan.ns[0]
+        return None
+
+
+__all__ = ["DotPlan", "DotMixin", "split_update", "MIN_DOT", "GROUP_M"]

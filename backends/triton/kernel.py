@@ -1,0 +1,459 @@
+"""One fused kernel as one `@triton.jit` function, walking the structure of `kernel_domain_of`.
+
+The schedule is the tiled reference executor's (`backends/reference/tiled.py`), one Triton program
+per parallel tile. Every value inside a program is a block tensor of rank R (one axis per kernel
+loop; size 1 on the loops it does not run over), so broadcasting between nodes is free:
+
+- parallel loops: decoded from the program id, `ix<k> = base + arange(block)`;
+- full loops: whole in the block (persistent rows), `ix<k> = arange(next_pow2(extent))`;
+- reduction loops: a `for` over tiles inside the program, reductions carried in fp32 (or the integer
+  type) accumulators and reduced inside a tile with `tl.sum/max/min` over the block axis;
+- a reduction `acc + a * b` whose operands split into batch/M/K and batch/K/N loop groups becomes
+  `tl.dot` (`dot.py`: matmul with a 2-D accumulator and straight 2-D operand loads, batched matmul
+  as a 3-D dot, conv2d as implicit GEMM, the two matmuls of attention);
+- attention kernels: score nodes per key/value tile, then the online softmax (`attention.py`);
+- loads that do not depend on the open reduction loops are hoisted above them.
+
+Masks appear only for loops whose tile does not divide the extent or is not a power of two.
+Masked lanes read the map's pad (or 0) and are replaced by the reduction's identity (0 for sum,
+-inf for max, ...) before any reduction, so garbage in tails never reaches a stored element.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tilegraph.ir import TilegraphError
+from tilegraph.ir.graph import Value
+from tilegraph.ir.program import Kernel
+from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, Arg
+
+from .attention import AttentionMixin
+from .dot import GROUP_M, DotMixin, split_update
+from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
+
+MAX_NUMEL = 1 << 20  # Triton's largest block tensor
+_COMBINE = {"add": "+", "mul": "*"}
+_REDUCE = {"add": "tl.sum({x}, axis={k}, keep_dims=True)", "max": "tl.max({x}, axis={k}, keep_dims=True)",
+           "min": "tl.min({x}, axis={k}, keep_dims=True)", "mul": "tl.reduce({x}, {k}, _tg_mul, keep_dims=True)"}
+_IDENTITY = {"add": 0.0, "mul": 1.0, "max": -math.inf, "min": math.inf}
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """A kernel loop as generated: tile (step between blocks) and block (power-of-two lanes)."""
+
+    extent: int
+    kind: str
+    tile: int
+    block: int
+
+    @property
+    def count(self) -> int:
+        return -(-self.extent // self.tile)
+
+
+@dataclass
+class KernelSource:
+    """The generated function of one kernel and how to launch it."""
+
+    function: str
+    text: str
+    grid: int
+    args: tuple[Value, ...]  # kernel inputs, then kernel outputs
+    loops: tuple[LoopPlan, ...]
+    uses_dot: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def kept_whole(domain) -> frozenset[int]:
+    """Reduction loops a carried reduction keeps in its result (it reduces other loops): its accumulator
+    must hold every tile of them, so they are generated whole (one block)."""
+    reduction = set(domain.loops_of_kind(REDUCTION))
+    whole: set[int] = set()
+    for i, space in enumerate(domain.spaces):
+        if space is not None and any(x is not None for x in space.init) and domain.reduces(i) & reduction:
+            whole |= (domain.iterates(i) & reduction) - domain.reduces(i)
+    return frozenset(whole)
+
+
+def plan_loops(kernel: Kernel, domain) -> tuple[LoopPlan, ...]:
+    """Tiles from the tiling pass (untiled loops whole); blocks are the next powers of two."""
+    sizes = dict(kernel.tiles)
+    whole = kept_whole(domain) if kernel.kind == "generic" else frozenset()
+    plans = []
+    for k, loop in enumerate(domain.loops):
+        tiled = loop.kind in (PARALLEL, REDUCTION) and k not in whole
+        tile = min(sizes.get(loop.name, loop.extent), loop.extent) if tiled else loop.extent
+        plans.append(LoopPlan(loop.extent, loop.kind, max(tile, 1), next_pow2(max(tile, 1))))
+    if not plans:  # a kernel over scalars: one dummy loop so every tensor has rank 1
+        plans.append(LoopPlan(1, PARALLEL, 1, 1))
+    return tuple(plans)
+
+
+class KernelEmitter(DotMixin, AttentionMixin):
+    """Emits one kernel; `emit()` returns its KernelSource."""
+
+    def __init__(self, kernel: Kernel, domain, function: str) -> None:
+        self.kernel, self.domain, self.function = kernel, domain, function
+        self.loops = plan_loops(kernel, domain)
+        self.R = len(self.loops)
+        self.lines: list[str] = []
+        self.depth = 1
+        self.env: dict[Value, Expr] = {}  # values computed in this program
+        self.shape_of: dict[Value, frozenset[int]] = {}
+        self.acc: dict[Value, Expr] = {}
+        self.loads: dict = {}  # loads inside the open reduction loops
+        self.outer_loads: dict = {}  # loads outside them (valid for the whole program)
+        self.open: list[int] = []  # reduction loops whose `for` is open
+        self.hoist_at, self.hoist_depth = 0, 1
+        self.acc2d: dict[Value, tuple[int, int]] = {}  # accumulators kept as 2-D [m, n] tl.dot tiles
+        self.counter = 0
+        self.masks: dict[int, str | None] = {}
+        self.uses_dot = False
+        inputs, outputs = kernel.inputs, kernel.outputs
+        self.pointer = {v: f"in{j}" for j, v in enumerate(inputs)}
+        self.pointer.update({v: f"out{j}" for j, v in enumerate(outputs)})
+        self.outputs = set(outputs)
+        self.args = tuple(inputs) + tuple(outputs)
+        self.wide = any(v.type.numel >= 2 ** 31 for v in self.args)
+
+    # ----- small helpers ---------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def shape(self, loops) -> str:
+        dims = [str(self.loops[k].block) if k in loops else "1" for k in range(self.R)]
+        return "(" + ", ".join(dims) + ("," if self.R == 1 else "") + ")"
+
+    def numel(self, loops) -> int:
+        return math.prod(self.loops[k].block for k in loops)
+
+    def view(self, k: int) -> str:
+        if self.R == 1:
+            return ""
+        return "[" + ", ".join(":" if j == k else "None" for j in range(self.R)) + "]"
+
+    def const(self, code: str, t: str) -> Expr:
+        return Expr(f"tl.full({self.shape(())}, {code}, tl.{t})", t)
+
+    def define_loop(self, k: int, base: str) -> None:
+        """`iv<k>`/`mv<k>`: the loop's lane indices and mask as 1-D vectors; `ix<k>`/`mk<k>`: rank-R views."""
+        plan = self.loops[k]
+        self.line(f"iv{k} = {base} + tl.arange(0, {plan.block})")
+        if self.wide:
+            self.line(f"iv{k} = iv{k}.to(tl.int64)")
+        self.line(f"ix{k} = iv{k}{self.view(k)}")
+        parts = []
+        if plan.block != plan.tile and plan.count > 1:
+            parts.append(f"(tl.arange(0, {plan.block}) < {plan.tile})")
+        if plan.extent % plan.tile != 0 or (plan.block != plan.tile and plan.count == 1):
+            parts.append(f"(iv{k} < {plan.extent})")
+        if parts:
+            self.line(f"mv{k} = {' & '.join(parts)}")
+            self.line(f"mk{k} = mv{k}{self.view(k)}")
+            self.masks[k] = f"mk{k}"
+        else:
+            self.masks[k] = None
+
+    def mask_of(self, loops) -> str | None:
+        parts = [self.masks[k] for k in sorted(loops) if self.masks.get(k)]
+        return " & ".join(parts) if parts else None
+
+    def node_loop(self, i: int, d: int) -> int | None:
+        return self.domain.node_loops[i][d]
+
+    # ----- memory ----------------------------------------------------------------------------------
+    def affine(self, expr: AffineExpr, names: dict[int, str] | None = None) -> str:
+        names = names or {}
+        parts = [names.get(d, f"ix{d}") if c == 1 else f"{c} * {names.get(d, f'ix{d}')}" for d, c in expr.terms]
+        if expr.const or not parts:
+            parts.append(str(expr.const))
+        return "(" + " + ".join(parts) + ")"
+
+    def offsets(self, value: Value, amap: AffineMap, names: dict[int, str] | None = None) -> str:
+        strides, step = [], 1
+        for size in reversed(value.type.shape):
+            strides.append(step)
+            step *= size
+        strides.reverse()
+        terms = [f"{self.affine(e, names)} * {s}" if s != 1 else self.affine(e, names)
+                 for e, s in zip(amap.exprs, strides) if e.terms or e.const]
+        return " + ".join(([] if names else ["zr"]) + terms)
+
+    def read(self, value: Value, amap: AffineMap) -> tuple[Expr, frozenset[int]]:
+        """A kernel input's elements at the current block (or a value this program computed)."""
+        if value in self.env:
+            return self.env[value], self.shape_of[value]
+        if value not in self.pointer:
+            raise TilegraphError(f"kernel {self.kernel.name}: %{value.name} is read before it is computed")
+        key = (value, amap)
+        loops = frozenset(d for e in amap.exprs for d, _ in e.terms)
+        hoist = bool(self.open) and not (loops & set(self.open))
+        cache = self.outer_loads if hoist or not self.open else self.loads
+        if key in cache:
+            return cache[key]
+        masks = [self.masks[k] for k in sorted(loops) if self.masks.get(k)]
+        masks += self.pad_masks(value, amap)
+        t = tl_type(value.type.dtype)
+        fill = literal(amap.pad if amap.pad is not None else 0.0, t)
+        name = self.fresh("v")
+        address = f"{self.pointer[value]} + {self.offsets(value, amap)}"
+        text = f"{name} = tl.load({address}, mask={' & '.join(masks)}, other={fill})" if masks \
+            else f"{name} = tl.load({address})"
+        self.line(text) if not hoist else self.hoisted(text)
+        result = (Expr(name, t), loops)
+        cache[key] = result
+        return result
+
+    def pad_masks(self, value: Value, amap: AffineMap, names: dict[int, str] | None = None) -> list[str]:
+        """Bounds checks for a padded read (conv/pool windows): only the sides that can fall outside."""
+        if amap.pad is None:
+            return []
+        masks = []
+        for e, size in zip(amap.exprs, value.type.shape):
+            lo, hi = e.range([p.extent for p in self.loops])
+            if not e.terms and not 0 <= e.const < size:  # a constant index in the padding: all pad
+                masks.append(f"({next(iter(names.values()))} < 0)" if names else "(zr < 0)")
+            if e.terms and lo < 0:
+                masks.append(f"({self.affine(e, names)} >= 0)")
+            if e.terms and hi >= size:
+                masks.append(f"({self.affine(e, names)} < {size})")
+        return masks
+
+    def hoisted(self, text: str) -> None:
+        """A line placed before the reduction loops (a load that does not change inside them)."""
+        self.lines.insert(self.hoist_at, "    " * self.hoist_depth + text)
+        self.hoist_at += 1
+
+    def store(self, value: Value, var: str, loops: frozenset[int], amap: AffineMap) -> None:
+        span = loops | frozenset(d for e in amap.exprs for d, _ in e.terms)
+        offsets = f"tl.broadcast_to({self.offsets(value, amap)}, {self.shape(span)})"
+        mask = self.mask_of(span)
+        tail = f", mask={mask}" if mask else ""
+        self.line(f"tl.store({self.pointer[value]} + {offsets}, {var}{tail})")
+
+    # ----- nodes -----------------------------------------------------------------------------------
+    def translator(self, i: int, result_type: str) -> ScalarTranslator:
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+
+        def arg(j: int) -> Expr:
+            expr, _ = self.read(node.inputs[j], self.domain.compose_map(i, space.inputs[j]))
+            return expr
+
+        def index(d: int) -> Expr:
+            k = self.node_loop(i, d)
+            return Expr(f"ix{k}", "int64" if self.wide else "int32") if k is not None else self.const("0", "int32")
+
+        return ScalarTranslator(arg, index, self.const, result_type)
+
+    def region(self, i: int) -> frozenset[int]:
+        return self.domain.iterates(i)
+
+    def check_size(self, i: int, loops) -> None:
+        if self.numel(loops) > MAX_NUMEL:
+            node = self.domain.nodes[i]
+            raise TilegraphError(f"kernel {self.kernel.name}: node %{node.name} ({node.op}) needs a block of "
+                                 f"{self.numel(loops)} elements, more than Triton's {MAX_NUMEL}; tile it smaller")
+
+    def elementwise(self, i: int) -> None:
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        loops = self.region(i)
+        self.check_size(i, loops)
+        for value, amap, body in zip(node.results, space.outputs, space.body):
+            t = tl_type(value.type.dtype)
+            if isinstance(body, Arg):  # a copy (transpose, in-kernel reshape): no round trip through fp32
+                e = cast(self.read(node.inputs[body.index], self.domain.compose_map(i, space.inputs[body.index]))[0], t)
+            else:
+                e = cast(self.translator(i, t)(body), t)
+            name = self.fresh("t")
+            self.line(f"{name} = tl.broadcast_to({e.code}, {self.shape(loops)})")
+            self.env[value] = Expr(name, t)
+            self.shape_of[value] = loops
+            if value in self.outputs:
+                self.store(value, name, loops, self.domain.compose_map(i, amap))
+
+    def init_acc(self, i: int) -> None:
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        loops = self.region(i) - self.domain.reduces(i)
+        plan = self.dot_plan(i)
+        for value, init in zip(node.results, space.init):
+            t = compute_type(tl_type(value.type.dtype))
+            start = literal(init, t)
+            if t == "int1":  # tl.sum/max of int1 give int32: count in int32, `!= 0` when finished
+                t = "int32"
+            name = self.fresh("a")
+            if plan is not None and plan.simple and init == 0.0:
+                (m,), (n,) = plan.ms, plan.ns
+                self.acc2d[value] = (m, n)
+                self.line(f"{name} = tl.zeros(({self.loops[m].block}, {self.loops[n].block}), dtype=tl.float32)")
+            else:
+                self.line(f"{name} = tl.full({self.shape(loops)}, {start}, tl.{t})")
+            self.acc[value] = Expr(name, t)
+
+    def accumulate(self, i: int, guard: str | None = None) -> None:
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        loops = self.region(i)
+        reduced = sorted(self.domain.reduces(i))
+        for value, body in zip(node.results, space.body):
+            split = split_update(body)
+            if split is None:
+                raise TilegraphError(f"kernel {self.kernel.name}: %{node.name} ({node.op}): reduction body is not "
+                                     "`acc op expr`; the Triton backend cannot generate it")
+            fn, expr = split
+            acc = self.acc[value]
+            plan = self.dot_plan(i) if fn == "add" else None
+            if plan is not None and value in self.acc2d:
+                new = self.dot_product(i, plan, acc.code)
+                self.line(f"{acc.code} = {new if not guard else f'tl.where({guard}, {new}, {acc.code})'}")
+                continue
+            if plan is not None:
+                part = self.dot_block(i, plan)
+            else:
+                self.check_size(i, loops)
+                e = cast(self.translator(i, acc.type)(expr), acc.type)
+                part = self.fresh("p")
+                self.line(f"{part} = tl.broadcast_to({e.code}, {self.shape(loops)})")
+                mask = self.mask_of(reduced)
+                if mask:
+                    self.line(f"{part} = tl.where({mask}, {part}, {literal(_IDENTITY[fn], acc.type)})")
+                for k in reduced:
+                    self.line(f"{part} = {_REDUCE[fn].format(x=part, k=k)}")
+            new = f"({acc.code} {_COMBINE[fn]} {part})" if fn in _COMBINE else f"tl.{fn}imum({acc.code}, {part})"
+            if guard:
+                new = f"tl.where({guard}, {new}, {acc.code})"
+            self.line(f"{acc.code} = {new}")
+
+    def finish(self, i: int) -> None:
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        loops = self.region(i) - self.domain.reduces(i)
+        for value, amap in zip(node.results, space.outputs):
+            t = tl_type(value.type.dtype)
+            name = self.fresh("t")
+            self.line(f"{name} = {cast(self.acc[value], t).code}")
+            if value in self.acc2d:
+                m, n = self.acc2d[value]
+                if m > n:
+                    self.line(f"{name} = tl.trans({name})")
+                self.line(f"{name} = tl.reshape({name}, {self.shape(loops)})")
+            self.env[value] = Expr(name, t)
+            self.shape_of[value] = loops
+            if value in self.outputs:
+                self.store(value, name, loops, self.domain.compose_map(i, amap))
+
+    def whole(self, i: int) -> None:
+        """A node evaluated completely in the current scope (elementwise, or reducing only whole loops)."""
+        if any(init is not None for init in self.domain.spaces[i].init):
+            self.init_acc(i)
+            self.accumulate(i)
+            self.finish(i)
+        else:
+            self.elementwise(i)
+
+    # ----- schedules -------------------------------------------------------------------------------
+    def header(self) -> None:
+        args = ", ".join(self.pointer[v] for v in self.args)
+        self.lines.append("@triton.jit")
+        self.lines.append(f"def {self.function}({args}):")
+        self.line("pid = tl.program_id(0)")
+        self.line(f"zr = tl.zeros({self.shape(())}, dtype=tl.{'int64' if self.wide else 'int32'})")
+        grouped = self.grouped_tiles()
+        if grouped is not None:
+            m, n = grouped
+            cm, cn = self.loops[m].count, self.loops[n].count
+            # programs walk GROUP_M row tiles at a time so the B tiles they share stay in L2
+            self.line(f"group = pid // {GROUP_M * cn}")
+            self.line(f"rows = tl.minimum({cm} - group * {GROUP_M}, {GROUP_M})")
+            self.line(f"base{m} = (group * {GROUP_M} + (pid % {GROUP_M * cn}) % rows) * {self.loops[m].tile}")
+            self.line(f"base{n} = ((pid % {GROUP_M * cn}) // rows) * {self.loops[n].tile}")
+        for k in reversed(range(self.R)):
+            plan = self.loops[k]
+            if plan.kind == PARALLEL:
+                if grouped is not None and k in grouped:
+                    self.define_loop(k, f"base{k}")
+                elif plan.count > 1:
+                    self.line(f"base{k} = (pid % {plan.count}) * {plan.tile}")
+                    self.line(f"pid = pid // {plan.count}")
+                    self.define_loop(k, f"base{k}")
+                else:
+                    self.define_loop(k, "0")
+            elif plan.kind != REDUCTION or plan.count == 1:
+                self.define_loop(k, "0")
+
+    def reduction_loops(self, loops: tuple[int, ...]) -> tuple[int, ...]:
+        """Open a `for` per reduction loop of several tiles (one-tile loops are defined up front)."""
+        loops = tuple(k for k in loops if self.loops[k].count > 1)
+        self.hoist_at, self.hoist_depth = len(self.lines), self.depth
+        for k in loops:
+            plan = self.loops[k]
+            self.line(f"for rb{k} in range(0, {plan.extent}, {plan.tile}):")
+            self.depth += 1
+            self.define_loop(k, f"rb{k}")
+        self.loads = {}
+        self.open = list(loops)
+        return loops
+
+    def close_loops(self, loops: tuple[int, ...]) -> None:
+        self.depth -= len(loops)
+        for k in loops:
+            self.masks.pop(k, None)
+        self.loads = {}
+        self.open = []
+
+    def generic(self) -> None:
+        from tilegraph.passes.fusion.domain import downstream
+
+        domain = self.domain
+        count = len(domain.nodes)
+        reduction = domain.loops_of_kind(REDUCTION)
+        below = downstream(domain)
+        after = set().union(*[below[i] for i in range(count) if domain.streamed[i]]) if reduction else set()
+        reducers = {i for i in range(count) if any(x is not None for x in domain.spaces[i].init)}
+        carried = {i for i in reducers if domain.reduces(i) & set(reduction)}
+        prologue = [i for i in range(count) if not domain.streamed[i] and i not in after]
+        streamed = [i for i in range(count) if domain.streamed[i]]
+        epilogue = [i for i in range(count) if not domain.streamed[i] and i in after]
+        self.header()
+        for i in prologue:
+            self.whole(i)
+        for i in sorted(carried):
+            self.init_acc(i)
+        if streamed:
+            opened = self.reduction_loops(reduction)
+            for i in streamed:
+                if i in carried:
+                    others = [f"(rb{k} == 0)" for k in opened if k not in domain.iterates(i)]
+                    self.accumulate(i, " & ".join(others) if others else None)
+                else:
+                    self.whole(i)
+            self.close_loops(opened)
+        for i in sorted(carried):
+            self.finish(i)
+        for i in epilogue:
+            self.whole(i)
+
+    def emit(self) -> KernelSource:
+        if self.kernel.kind == "attention":
+            self.attention()
+        elif self.kernel.kind == "generic":
+            self.generic()
+        else:
+            raise TilegraphError(f"kernel {self.kernel.name}: kind {self.kernel.kind!r} has no Triton code generator")
+        grid = math.prod(p.count for p in self.loops if p.kind == PARALLEL)
+        return KernelSource(self.function, "\n".join(self.lines) + "\n", grid, self.args, self.loops, self.uses_dot)
+
+
+def emit_kernel(kernel: Kernel, domain, function: str) -> KernelSource:
+    """The `@triton.jit` source of one structured kernel (raises TilegraphError when unsupported)."""
+    return KernelEmitter(kernel, domain, function).emit()
+
+
+__all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2", "MAX_NUMEL"]

@@ -1,0 +1,173 @@
+"""The compiled program: loads the generated module and runs its steps on torch tensors."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tilegraph.compiler import CompiledProgram
+from tilegraph.ir import TilegraphError
+from tilegraph.ir.program import Program
+from tilegraph.ir.types import DType, to_dtype
+
+from . import autotune
+from .module import TORCH_DTYPE, generate
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def torch_dtype(dtype: DType):
+    """The torch dtype holding a tilegraph dtype (bf16 as torch.bfloat16, bool as torch.bool)."""
+    return getattr(_torch(), TORCH_DTYPE[dtype].split(".", 1)[1])
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def load_module(text: str):
+    """Import generated source from a file (triton.jit reads its functions' source back)."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+    name = f"tilegraph_triton_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    folder = autotune.cache_dir() / "triton" / "modules"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class TritonProgram(CompiledProgram):
+    """A Program as Triton kernels: callable with numpy arrays (`__call__`) or torch tensors (`run_torch`)."""
+
+    backend = "triton"
+
+    def __init__(self, program: Program, params: Mapping, device: str | None = None, autotune_: bool = True) -> None:
+        generated = generate(program)
+        super().__init__(program, params, generated.text)
+        self.generated = generated
+        self.device = device
+        self.autotune = autotune_
+        self.configs: list[tuple[int, int]] = [autotune.DEFAULT] * len(program.kernels)
+        self.tuned = False
+        self.timings: dict[int, dict] = {}
+        self._module = None
+        self._params: dict = {}
+
+    # ----- devices and tensors ---------------------------------------------------------------------
+    def _device(self):
+        try:
+            import torch
+            import triton  # noqa: F401
+        except ModuleNotFoundError as error:
+            raise TilegraphError(f"running the Triton backend needs the Python package {error.name!r} "
+                                 "(pip install 'tilegraph[triton]'); generating source does not") from None
+
+        if self.device is not None:
+            return torch.device(self.device)
+        if torch.cuda.is_available() and not _interpreting():
+            return torch.device("cuda")
+        if _interpreting():
+            return torch.device("cpu")
+        raise TilegraphError("the Triton backend needs a CUDA device, or TRITON_INTERPRET=1 (set before triton is "
+                             "imported) to run on the CPU through the Triton interpreter")
+
+    @staticmethod
+    def to_torch(array: np.ndarray, dtype: DType, device):
+        tensor = _torch().from_numpy(np.array(array, order="C", copy=True))
+        return tensor.to(device=device, dtype=torch_dtype(dtype))
+
+    @staticmethod
+    def to_numpy(tensor, dtype: DType) -> np.ndarray:
+        import torch
+
+        host = tensor.detach().to("cpu")
+        if host.dtype == torch.bfloat16:
+            return to_dtype(host.to(torch.float32).numpy(), dtype)
+        return host.numpy().astype(dtype.numpy, copy=False)
+
+    def module(self):
+        if self._module is None:
+            self._module = load_module(self.source)
+        return self._module
+
+    # ----- running ---------------------------------------------------------------------------------
+    def run_torch(self, *inputs):
+        """Run on torch tensors (graph-input order, on the program's device); returns torch tensors."""
+        graph = self.program.graph
+        if len(inputs) != len(graph.inputs):
+            raise TilegraphError(f"expected {len(graph.inputs)} inputs, got {len(inputs)}")
+        device = self._device()
+        module = self.module()
+        slots = [None] * module.SLOTS
+        for value, tensor in zip(graph.inputs, inputs):
+            want = torch_dtype(value.type.dtype)
+            if tuple(tensor.shape) != value.type.shape:
+                raise TilegraphError(f"input %{value.name}: shape {tuple(tensor.shape)}, expected {value.type.shape}")
+            slots[self.generated.slots[value]] = tensor.to(device=device, dtype=want).contiguous()
+        key = str(device)
+        if key not in self._params:
+            self._params[key] = {v: self.to_torch(a, v.type.dtype, device) for v, a in self.params.items()}
+        for value, tensor in self._params[key].items():
+            if value in self.generated.slots:
+                slots[self.generated.slots[value]] = tensor
+        tune = self.autotune and device.type == "cuda" and not self.tuned
+        cache = autotune.ConfigCache() if tune else None
+        for position, step in enumerate(module.STEPS):
+            source = self.generated.kernels[position]
+            if tune and source is not None:
+                self.configs[position] = self._tune(position, step, source, slots, device, cache)
+            warps, stages = self.configs[position]
+            step(slots, device, warps, stages)
+        self.tuned = self.tuned or tune
+        return [slots[i] for i in module.OUTPUTS]
+
+    def _tune(self, position, step, source, slots, device, cache) -> tuple[int, int]:
+        import torch
+
+        key = autotune.config_key(source.text, torch.cuda.get_device_name(device))
+        found = cache.get(key)
+        if found is not None:
+            return found
+        best, times = autotune.tune(lambda w, s: step(slots, device, w, s), autotune.candidates(source.uses_dot))
+        self.timings[position] = times
+        cache.put(key, best)
+        return best
+
+    def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        device = self._device()
+        graph = self.program.graph
+        tensors = [self.to_torch(a, v.type.dtype, device) for v, a in zip(graph.inputs, inputs)]
+        outs = self.run_torch(*tensors)
+        return [self.to_numpy(t, v.type.dtype) for t, v in zip(outs, graph.outputs)]
+
+    def backend_report(self) -> str:
+        lines = []
+        for position, (kernel, source) in enumerate(zip(self.program.kernels, self.generated.kernels)):
+            if source is None:
+                lines.append(f"  {kernel.name}: layout step (torch)")
+                continue
+            blocks = " ".join(f"{p.kind[0]}{p.tile}/{p.block}" for p in source.loops)
+            warps, stages = self.configs[position]
+            lines.append(f"  {kernel.name}: {source.function} grid {source.grid} blocks(tile/lanes) {blocks}"
+                         f"{' tl.dot' if source.uses_dot else ''} warps {warps} stages {stages}")
+        return "\n".join(lines)
+
+
+__all__ = ["TritonProgram", "load_module"]

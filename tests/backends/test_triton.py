@@ -1,0 +1,417 @@
+"""The Triton backend under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors): every kernel kind
+matches the reference backend, with non-power-of-two sizes and ragged tiles.
+
+The interpreter is chosen here, before triton is first imported: triton reads TRITON_INTERPRET when a
+function is decorated with @triton.jit, which for generated kernels happens at build time.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import re  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
+pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from strategies import graph_inputs, graphs  # noqa: E402
+
+import tilegraph  # noqa: E402
+from tilegraph.backends import reference  # noqa: E402
+from tilegraph.backends import triton as tgt  # noqa: E402
+from tilegraph.backends.triton import autotune  # noqa: E402
+from tilegraph.backends.triton.kernel import MAX_NUMEL  # noqa: E402
+from tilegraph.backends.triton.names import mangle  # noqa: E402
+from tilegraph.frontends.dsl import parse  # noqa: E402
+from tilegraph.ir import DType, GraphBuilder, TilegraphError  # noqa: E402
+from tilegraph.ir.program import Program  # noqa: E402
+from tilegraph.ir.target import Target  # noqa: E402
+from tilegraph.passes import PassManager  # noqa: E402
+from tilegraph.passes.tiling import tile_program  # noqa: E402
+
+# A target with a tiny on-chip memory: every loop gets ragged tiles and reductions are carried.
+TINY = Target("tiny", "accelerator", onchip_bytes=2048, double_buffer=True, line_bytes=16)
+TOLERANCE = {DType.f16: 1e-2, DType.bf16: 3e-2}
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tilegraph-cache"))
+
+
+def tiny_program(graph) -> Program:
+    program = PassManager("canonicalize,fuse").run(graph)
+    kernels, reports = tile_program(program, TINY)
+    return replace(program, kernels=tuple(kernels), notes={**program.notes, "tiling": reports})
+
+
+def half_precision(graph) -> float:
+    """The loosest tolerance of any value in the graph: an f32 result computed from bf16 values carries
+    bf16 rounding, and the Triton interpreter rounds f32 -> bf16 by truncation (the GPU rounds to nearest)."""
+    values = list(graph.inputs) + list(graph.params) + [v for n in graph.nodes for v in n.results]
+    return max([TOLERANCE.get(v.type.dtype, 1e-4) for v in values], default=1e-4)
+
+
+def assert_same(got, want, types, floor: float = 0.0) -> None:
+    assert len(got) == len(want)
+    for a, b, t in zip(got, want, types):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+        if t.dtype.is_float:
+            tol = max(TOLERANCE.get(t.dtype, 1e-4), floor)
+            scale = float(np.nanmax(np.abs(b), initial=1.0)) if not np.all(np.isnan(b)) else 1.0
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(scale, 1.0), equal_nan=True)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def check(graph, inputs=None, tiny: bool = False) -> tgt.TritonProgram:
+    """Build for the GPU target's tiles (or TINY's) and compare with the reference on the same params."""
+    inputs = reference.random_inputs(graph) if inputs is None else inputs
+    if tiny:
+        program = tiny_program(graph)
+        fn = tgt.build(program, reference.random_params(program.graph))
+    else:
+        fn = tilegraph.compile(graph, target="triton")
+    params = {v.name: a for v, a in fn.params.items()}
+    want = reference.run(graph, inputs, params={k: v for k, v in params.items()
+                                                if k in {p.name for p in graph.params}})
+    assert_same(fn(*inputs), want, [v.type for v in graph.outputs], half_precision(graph))
+    return fn
+
+
+CASES = {
+    "broadcast": """def f(x: f32[7, 13], b: f32[13], c: f32[7, 1]) -> f32[7, 13] {
+        return relu(x * b + c) - sigmoid(x)
+    }""",
+    "reductions": """def f(x: f32[5, 33, 17]) -> (f32[5], f32[33, 17], f32[5, 17]) {
+        return sum(x, axes=[1, 2]), max(x, axes=[0]), mean(x, axes=[1])
+    }""",
+    "row_sums": """def f(x: f32[13, 300]) -> (f32[13], f32[13]) {
+        return sum(x * x, axes=[1]), max(x, axes=[1])
+    }""",
+    "softmax": """def f(x: f32[19, 70]) -> f32[19, 70] {
+        return softmax(x)
+    }""",
+    "layer_norm": """def f(x: f32[9, 45], s: f32[45], t: f32[45]) -> f32[9, 45] {
+        return layer_norm(x, s, t, eps=1e-5)
+    }""",
+    "matmul_epilogue": """def f(x: f32[37, 50], w: f32[50, 45], b: f32[45]) -> f32[37, 45] {
+        return gelu(x @ w + b)
+    }""",
+    "matmul_f16": """def f(x: f16[20, 24], w: f16[24, 33]) -> f16[20, 33] {
+        return relu(x @ w)
+    }""",
+    "batch_matmul": """def f(a: f32[3, 20, 24], b: f32[3, 24, 18]) -> f32[3, 20, 18] {
+        return a @ b
+    }""",
+    "attention": """def f(q: f32[2, 40, 16], k: f32[2, 40, 16], v: f32[2, 40, 16]) -> f32[2, 40, 16] {
+        return attention(q, k, v)
+    }""",
+    "attention_bf16": """def f(q: bf16[1, 24, 16], k: bf16[1, 24, 16], v: bf16[1, 24, 16]) -> bf16[1, 24, 16] {
+        return attention(q, k, v)
+    }""",
+    "conv_relu": """def f(x: f32[2, 3, 11, 11], w: f32[16, 3, 3, 3]) -> f32[2, 16, 9, 9] {
+        return relu(conv2d(x, w))
+    }""",
+    "conv_padded": """def f(x: f32[1, 2, 7, 6], w: f32[4, 2, 3, 3]) -> f32[1, 4, 4, 3] {
+        return conv2d(x, w, stride=[2, 2], padding=[1, 1])
+    }""",
+    "bools": """def f(c: bool[7, 30], d: bool[7, 30]) -> (bool[7], bool[7], bool[30], bool[7, 30]) {
+        return sum(c, axes=[1]), max(c, axes=[1]), min(d, axes=[0]), where(c, d, c)
+    }""",
+    "conv_padding_only_column": """def f(x: f32[1, 1, 3, 1], w: f32[1, 1, 1, 1]) -> f32[1, 1, 2, 1] {
+        return conv2d(x, w, stride=[3, 3], padding=[1, 1])
+    }""",
+    "integers": """def f(a: i32[6, 5], b: i32[6, 5]) -> (i32[6, 5], i32[6], f32[6, 5]) {
+        return a * b - a, max(a, axes=[1]), cast(a, dtype=f32) / 3.0
+    }""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_kinds_match_the_reference(name):
+    graph = parse(CASES[name])
+    check(graph)
+
+
+@pytest.mark.parametrize("name", ["row_sums", "softmax", "matmul_epilogue", "attention", "conv_relu",
+                                  "batch_matmul"])
+def test_ragged_tiles_and_carried_reductions(name):
+    graph = parse(CASES[name])
+    fn = check(graph, tiny=True)
+    tiled = [s for s in fn.generated.kernels if s is not None and any(p.count > 1 for p in s.loops)]
+    assert tiled, "TINY should split some loop into several tiles"
+
+
+def test_matmul_and_conv_use_tl_dot():
+    for name in ("matmul_epilogue", "matmul_f16", "conv_relu"):
+        fn = tilegraph.compile(parse(CASES[name]), target="triton")
+        assert "tl.dot(" in fn.source, name
+        assert any(s is not None and s.uses_dot for s in fn.generated.kernels)
+
+
+def test_grouped_matmul_tiles_with_ragged_edges():
+    graph = parse("""def f(x: f32[300, 50], w: f32[50, 40], b: f32[40]) -> f32[300, 40] { return relu(x @ w + b) }""")
+    program = PassManager("canonicalize,fuse").run(graph)
+    program = program.with_kernels([replace(k, tiles=(("d0", 16), ("d1", 16), ("d2", 16))) for k in program.kernels])
+    fn = tgt.build(program, reference.random_params(program.graph))
+    assert "group = pid //" in fn.source and "tl.dot(" in fn.source
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
+    assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
+
+
+def test_scalar_integer_division_and_cast_to_bf16():
+    from tilegraph.ir.text import parse_graph
+
+    graph = parse_graph("""func @main(%x1: i32[]) -> (bf16[], i32[], bool[2]) {
+      %0 = abs(%x1) : i32[]
+      %1 = constant() {value = 1, dtype = i32} : i32[]
+      %2 = add(%0, %1) : i32[]
+      %y = div(%x1, %2) : i32[]
+      %y_1 = cast(%2) {dtype = bf16} : bf16[]
+      %b = constant() {value = 1, dtype = i32, shape = [2]} : i32[2]
+      %c = ge(%b, %x1) : bool[2]
+      %m = max(%c) {axes = []} : bool[2]
+      return %y_1, %y, %m
+    }""")
+    for value in (-7, 0, 3):
+        check(graph, [np.array(value, dtype=np.int32)])
+
+
+def test_masks_only_where_sizes_do_not_divide():
+    even = parse("""def f(x: f32[64, 128], y: f32[64, 128]) -> f32[64, 128] { return x * y + x }""")
+    odd = parse("""def f(x: f32[60, 100], y: f32[60, 100]) -> f32[60, 100] { return x * y + x }""")
+    assert "mask=" not in tilegraph.compile(even, target="triton").source
+    assert "mask=" in tilegraph.compile(odd, target="triton").source
+    check(even)
+
+
+@pytest.mark.parametrize("example", ["mlp", "lenet"])
+def test_examples_run_under_the_interpreter(example):
+    graph = tilegraph.frontends.dsl.parse_file(str(EXAMPLES / f"{example}.tg"))
+    fn = check(graph)
+    assert fn.source.count("@triton.jit") >= 2
+
+
+@pytest.mark.skipif(not os.environ.get("TILEGRAPH_SLOW_TESTS"),
+                    reason="20-30 s each in the Triton interpreter; set TILEGRAPH_SLOW_TESTS=1 to run")
+@pytest.mark.parametrize("example", ["transformer_block", "resnet_block"])
+def test_big_examples_run_under_the_interpreter(example):
+    check(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / f"{example}.tg")))
+
+
+@given(st.data())
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+def test_random_graphs_match_the_reference(data):
+    graph = data.draw(graphs(max_nodes=6))
+    inputs = data.draw(graph_inputs(graph))
+    check(graph, inputs)
+    check(graph, inputs, tiny=True)
+
+
+# ----- compile-only for Hopper: the kernels are real GPU code ---------------------------------------------
+def test_kernels_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
+    from tilegraph.backends.triton.hopper import compile_kernels_isolated
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    source = """def f(x: f16[40, 48], w: f16[48, 32], b: f16[32], q: f16[1, 32, 16], k: f16[1, 32, 16],
+                      v: f16[1, 32, 16]) -> (f16[40, 32], f16[1, 32, 16]) {
+        return softmax(gelu(x @ w + b)), attention(q, k, v)
+    }"""
+    fn = tilegraph.compile(parse(source), target="triton")
+    # carried reductions over bool and integer data: loop-carried accumulators must keep one type
+    carried = parse("""def f(c: bool[7, 300], x: i32[7, 300]) -> (bool[7], bool[7], i32[7]) {
+        return sum(c, axes=[1]), max(c, axes=[1]), sum(x * x, axes=[1])
+    }""")
+    generated = [fn.generated, tgt.build(tiny_program(carried), {}).generated]
+    assert any(p.count > 1 for s in generated[1].kernels if s is not None for p in s.loops)
+    for module in generated:
+        records = compile_kernels_isolated(module, arch=90)
+        assert len(records) == sum(s is not None for s in module.kernels) >= 1
+        for record in records:
+            assert 0 <= record.shared_bytes <= 232448 and record.ptx_lines > 0
+
+
+# ----- source: names, determinism, errors ------------------------------------------------------------
+HOSTILE = ['x"; import os; os.system("echo pwned") #', "k\n@triton.jit", "a b\\c'", "\u00e9t\u00e9", "__import__"]
+
+
+def test_mangle_gives_safe_distinct_identifiers():
+    seen = set()
+    for name in HOSTILE + ["plain", "plain_", "plain_x5f_"]:
+        out = mangle(name)
+        assert re.fullmatch(r"[A-Za-z0-9_]+", out) and out.isidentifier()
+        seen.add(out)
+    assert len(seen) == len(HOSTILE) + 3
+
+
+def test_hostile_names_never_reach_the_source():
+    b = GraphBuilder('g"; evil()')
+    x = b.input('x"""; os.system("rm")', [5, 7])
+    w = b.param("w\n#", [7, 3])
+    graph = b.output(b.relu(b.matmul(x, w)))
+    program = PassManager("canonicalize,fuse,tile{target=gpu-h100}").run(graph)
+    program = program.with_kernels([replace(k, name=HOSTILE[i % len(HOSTILE)]) for i, k in enumerate(program.kernels)])
+    fn = tgt.build(program, reference.random_params(program.graph))
+    compile(fn.source, "<generated>", "exec")  # valid Python
+    for bad in HOSTILE:
+        assert bad not in fn.source
+    for kernel in program.kernels:
+        assert mangle(kernel.name, prefix="") in fn.source  # it is there, spelled safely
+    import io
+    import tokenize
+
+    strings = {t.string for t in tokenize.generate_tokens(io.StringIO(fn.source).readline) if t.type == tokenize.STRING}
+    assert all(re.fullmatch(r"[\"']+[A-Za-z0-9 ().,'-]*[\"']+", text) for text in strings), strings
+    inputs = reference.random_inputs(graph)
+    params = {v.name: a for v, a in fn.params.items()}
+    assert_same(fn(*inputs), reference.run(graph, inputs, params=params), [v.type for v in graph.outputs])
+
+
+def test_source_is_deterministic():
+    first = tilegraph.compile(parse(CASES["attention"]), target="triton").source
+    second = tilegraph.compile(parse(CASES["attention"]), target="triton").source
+    assert first == second
+    assert tgt.generate_source(tilegraph.compile(parse(CASES["attention"]), target="triton").program) == first
+
+
+def test_huge_tensors_index_in_int64():
+    graph = parse("""def f(x: f16[65536, 32769]) -> f16[65536, 32769] { return relu(x) }""")  # > 2^31 elements
+    source = tgt.generate_source(PassManager("canonicalize,fuse,tile{target=gpu-h100}").run(graph))
+    assert ".to(tl.int64)" in source and "tl.zeros((1, 1), dtype=tl.int64)" in source
+    small = tgt.generate_source(PassManager("canonicalize,fuse,tile{target=gpu-h100}").run(parse(CASES["softmax"])))
+    assert "int64" not in small
+
+
+def test_oversized_blocks_raise_a_clear_error():
+    graph = parse("""def f(x: f32[2048, 1024]) -> f32[2048, 1024] { return relu(x) }""")
+    program = PassManager("canonicalize,fuse").run(graph)
+    program = program.with_kernels([replace(k, tiles=(("d0", 2048), ("d1", 1024))) for k in program.kernels])
+    with pytest.raises(TilegraphError, match=r"kernel k0: node .* \(relu\) needs a block of 2097152"):
+        tgt.build(program, {})
+    assert MAX_NUMEL == 1 << 20
+
+
+def test_unknown_kernel_kind_is_named():
+    graph = parse("""def f(x: f32[4]) -> f32[4] { return relu(x) }""")
+    program = PassManager("canonicalize,fuse").run(graph)
+    program = program.with_kernels([replace(k, kind="mystery") for k in program.kernels])
+    with pytest.raises(TilegraphError):
+        tgt.build(program, {})
+
+
+def test_torch_tensors_in_and_out():
+    import torch
+
+    graph = parse(CASES["softmax"])
+    fn = tilegraph.compile(graph, target="triton")
+    x = reference.random_inputs(graph)[0]
+    (out,) = fn.run_torch(torch.from_numpy(x))
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_allclose(out.numpy(), reference.run(graph, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+# ----- autotuning ----------------------------------------------------------------------------------
+def test_no_device_means_default_configs_and_no_timing():
+    fn = check(parse(CASES["matmul_epilogue"]))
+    assert not fn.tuned and fn.timings == {}
+    assert all(c == autotune.DEFAULT for c in fn.configs)
+    assert "warps 4 stages 2" in fn.backend_report()
+
+
+def test_config_cache_round_trips(tmp_path):
+    cache = autotune.ConfigCache(tmp_path / "a.json")
+    key = autotune.config_key("kernel text", "H100")
+    assert cache.get(key) is None and key != autotune.config_key("kernel text", "A100")
+    cache.put(key, (8, 3))
+    assert autotune.ConfigCache(tmp_path / "a.json").get(key) == (8, 3)
+    assert autotune.candidates(True) != autotune.candidates(False)
+
+
+def test_tune_picks_the_fastest_option(monkeypatch):
+    import triton.testing
+
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep: fn())
+    timings = {(4, 2): 3.0, (8, 2): 1.0, (2, 2): 2.0}
+    best, times = autotune.tune(lambda w, s: timings[(w, s)], tuple(timings))
+    assert best == (8, 2) and times == timings
+
+
+# ----- models from the torch frontend ----------------------------------------------------------------
+def _torch_models():
+    import torch
+    from torch import nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(24, 40), nn.Linear(40, 10)
+
+        def forward(self, x):
+            return torch.softmax(self.fc2(nn.functional.gelu(self.fc1(x))), dim=-1)
+
+    class ConvBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+
+        def forward(self, x):
+            return nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+
+    class CausalAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = nn.Linear(32, 96), nn.Linear(32, 32)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).reshape(1, 20, 3, 2, 16).permute(2, 0, 3, 1, 4)
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out(y.transpose(1, 2).reshape(1, 20, 32))
+
+    return {"mlp": (MLP(), (7, 24)), "conv_block": (ConvBlock(), (2, 3, 10, 10)),
+            "causal_attention": (CausalAttention(), (1, 20, 32))}
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv_block", "causal_attention"])
+def test_torch_frontend_models_match_torch_and_the_reference(name):
+    import torch
+
+    from tilegraph.frontends.fx import from_module
+
+    torch.manual_seed(0)
+    model, shape = _torch_models()[name]
+    model.eval()
+    x = torch.randn(*shape)
+    graph = from_module(model, (x,))
+    fn = check(graph, [x.numpy()])
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(fn(x.numpy())[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_gpu_benchmark_refuses_to_run_without_a_gpu(tmp_path, capsys, monkeypatch):
+    import importlib.util
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the benchmark would run for real")
+    spec = importlib.util.spec_from_file_location("tilegraph_gpu_benchmark", EXAMPLES.parent / "benchmarks" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "gpu.md"
+    assert bench.main(["--out", str(out)]) == 2
+    assert not out.exists()
+    assert "no CUDA device" in capsys.readouterr().err
