@@ -1,0 +1,158 @@
+"""How generated code reaches a tensor inside a kernel: global buffers and per-tile local buffers.
+
+A kernel's inputs and outputs are global row-major buffers indexed by the full affine map. Values
+that stay inside a kernel live in the thread's scratch, sized for one tile: fusion guarantees a
+tile only reads what the same tile wrote, through the same index expressions, so a local buffer
+spans, per axis, what the producer's map covers over one tile, offset by the tile's origin.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tilegraph.ir.graph import Value
+from tilegraph.ir.structured import AffineMap
+
+from tilegraph.ir.types import DType
+
+from .names import c_type, init_literal, storage_bytes
+
+def store(value: Value, expr: str) -> str:
+    """`expr` converted to the value's storage (bf16 rounds to nearest even)."""
+    dtype = value.type.dtype
+    if dtype is DType.bf16:
+        return f"tg_bf16((float)({expr}))"
+    return f"static_cast<{c_type(dtype)}>({expr})"
+
+
+Var = Callable[[int], str]  # kernel loop -> the C expression of its index at the current point
+
+
+def affine_text(coeffs: dict[int, int], const: int, var: Var, base: dict[int, str] | None = None) -> str:
+    """`sum c_k * (var_k - base_k) + const` as C, terms in loop order."""
+    parts = []
+    for k in sorted(coeffs):
+        c = coeffs[k]
+        if not c:
+            continue
+        index = var(k) if base is None or base.get(k, "0") == "0" else f"({var(k)} - {base[k]})"
+        parts.append(index if c == 1 else f"{c} * {index}")
+    if const or not parts:
+        parts.append(str(const))
+    return " + ".join(parts)
+
+
+def row_major_strides(shape: tuple[int, ...]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
+
+
+def linear(amap: AffineMap, strides: list[int]) -> tuple[dict[int, int], int]:
+    """Coefficients per kernel loop and the constant of `sum_a strides[a] * expr_a`."""
+    coeffs: dict[int, int] = {}
+    const = 0
+    for expr, stride in zip(amap.exprs, strides):
+        const += expr.const * stride
+        for d, c in expr.terms:
+            coeffs[d] = coeffs.get(d, 0) + c * stride
+    return coeffs, const
+
+
+@dataclass
+class GlobalBuffer:
+    """A kernel parameter: the whole tensor, row-major."""
+
+    value: Value
+    ptr: str
+
+    def element(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str:
+        """The element a (kernel-loop) map selects; reads outside give the map's pad."""
+        access = self.lvalue(amap, var)
+        checks = self.checks(amap, var, extents)
+        if checks is None:
+            return access
+        dtype = self.value.type.dtype
+        return f"(({checks}) ? {access} : {init_literal(amap.pad, dtype)})"
+
+    def checks(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str | None:
+        """The C condition that a padded map reads inside the tensor (None: always inside)."""
+        if amap.pad is None:
+            return None
+        checks = []
+        for expr, size in zip(amap.exprs, self.value.type.shape):
+            lo, hi = expr.range(extents)
+            text = affine_text(dict(expr.terms), expr.const, var)
+            if lo < 0:
+                checks.append(f"({text}) >= 0")
+            if hi >= size:
+                checks.append(f"({text}) < {size}")
+        return " && ".join(checks) if checks else None
+
+    def lvalue(self, amap: AffineMap, var: Var) -> str:
+        coeffs, const = linear(amap, row_major_strides(self.value.type.shape))
+        return f"{self.ptr}[{affine_text(coeffs, const, var)}]"
+
+
+@dataclass
+class LocalBuffer:
+    """A value kept inside the kernel: one tile's footprint of the producer's map, in scratch.
+
+    `sizes[k]` is the largest range of kernel loop k in one tile, `base[k]` the C expression of the
+    tile's first index of loop k ("0" for whole loops).
+    """
+
+    value: Value
+    ptr: str
+    spans: tuple[int, ...]
+    offsets: tuple[int, ...]  # per axis: added so that negative coefficients stay in range
+    base: dict[int, str]
+    offset: int = 0  # byte offset in the scratch block
+
+    @staticmethod
+    def for_map(value: Value, ptr: str, amap: AffineMap, sizes: dict[int, int], base: dict[int, str]) -> LocalBuffer:
+        spans, offsets = [], []
+        for expr in amap.exprs:
+            lo = sum(c * (sizes[d] - 1) for d, c in expr.terms if c < 0)
+            hi = sum(c * (sizes[d] - 1) for d, c in expr.terms if c > 0)
+            spans.append(hi - lo + 1)
+            offsets.append(-lo)
+        return LocalBuffer(value, ptr, tuple(spans), tuple(offsets), dict(base))
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for s in self.spans:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * storage_bytes(self.value.type.dtype)
+
+    def _index(self, amap: AffineMap, var: Var) -> str:
+        strides = row_major_strides(self.spans)
+        coeffs, const = {}, 0
+        for expr, stride, off in zip(amap.exprs, strides, self.offsets):
+            const += off * stride
+            for d, c in expr.terms:
+                coeffs[d] = coeffs.get(d, 0) + c * stride
+        return affine_text(coeffs, const, var, self.base)
+
+    def element(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str:
+        return f"{self.ptr}[{self._index(amap, var)}]"
+
+    def checks(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str | None:
+        return None
+
+    def lvalue(self, amap: AffineMap, var: Var) -> str:
+        return f"{self.ptr}[{self._index(amap, var)}]"
+
+    def declaration(self) -> str:
+        ctype = c_type(self.value.type.dtype)
+        return f"{ctype}* __restrict__ {self.ptr} = reinterpret_cast<{ctype}*>(scratch + {self.offset});"
+
+
+Buffer = GlobalBuffer | LocalBuffer

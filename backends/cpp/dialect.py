@@ -1,0 +1,250 @@
+"""What differs between the C++/OpenMP and the SYCL output: how a kernel runs its parallel tiles.
+
+The loop-nest emitter (`emit.py`) writes the code of one parallel tile; a dialect wraps it: the
+C++ dialect in an OpenMP `parallel for` over the tile indices with a per-thread scratch block, the
+SYCL dialect (`tilegraph.backends.sycl`) in a `queue::parallel_for` with per-work-item scratch.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from .code import Code
+from .names import c_type, nbytes
+
+Body = Callable[[Code], None]
+
+
+class Dialect:
+    """Host C++17 with OpenMP."""
+
+    name = "cpp"
+    math_namespace = "std"
+    vector_width = 16  # f32 lanes of the register-block vectors (GCC vector extension, 64 bytes)
+    vector_type = "tg_vf"
+    fast_float = True  # vectorisable f32 exp/erf/tanh (prelude.py) instead of libm calls
+
+    def head(self) -> str:
+        """Source after the shared prelude: scratch allocation helpers."""
+        return ("typedef _Float16 tg_half;\n"
+                "namespace {\n"
+                "typedef float tg_vf __attribute__((vector_size(64)));\n"
+                "inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"
+                "inline void tg_free(void* p) { std::free(p); }\n"
+                "}  // namespace\n")
+
+    def includes(self) -> str:
+        return ""
+
+    def flag_begin(self, code: Code) -> None:
+        """Open the error flag `*err` that layout kernels set (gather index out of range)."""
+        code.line("int err_ = 0;")
+        code.line("int* err = &err_;")
+
+    def flag_end(self, code: Code) -> None:
+        code.line("return err_;")
+
+    def bind(self, code: Code, bindings: Sequence[tuple], arena_bytes: int) -> None:
+        """Declare one typed pointer per tensor: (value, name, where it lives)."""
+        for value, name, where in bindings:
+            ctype = c_type(value.type.dtype)
+            code.line(f"{ctype}* {name} = reinterpret_cast<{ctype}*>({where});")
+
+    def unbind(self, code: Code, bindings: Sequence[tuple], n_ins: int, n_outs: int) -> None:
+        """Nothing to copy back on the host."""
+
+    def signature(self, name: str, params: Sequence[tuple[str, str, bool]]) -> str:
+        """`static int name(...)`; params are (C type, name, written)."""
+        parts = [f"{'' if out else 'const '}{ctype}* __restrict__ {pname}" for ctype, pname, out in params]
+        return f"static int {name}({', '.join(parts)})"
+
+    def call(self, name: str, args: Sequence[str]) -> str:
+        return f"{name}({', '.join(args)})"
+
+    def unroll(self, count: int) -> str:
+        """A directive to unroll the next loop fully (micro-kernel register blocks)."""
+        return f"#pragma GCC unroll {count}"
+
+    def simd(self) -> str:
+        """A directive to vectorise the next loop (empty: leave it to the compiler)."""
+        return "#pragma omp simd"
+
+    @property
+    def group_items(self) -> int:
+        """Work-items that run one tile together (their id is `lid`)."""
+        return 1
+
+    def split_loop(self, name: str, lo: str, hi: str, step: int) -> str | None:
+        """The head of a loop shared among the work-items of a group (None: not shared)."""
+        return None
+
+    def single_guard(self) -> str | None:
+        """A condition for code that one work-item of a group runs (None: every thread is alone)."""
+        return None
+
+    def barrier(self) -> str | None:
+        """A work-group barrier statement (None: no work-groups)."""
+        return None
+
+    def parallel(self, code: Code, tiles: Sequence[tuple[str, int]], scratch: int, body: Body,
+                 threaded: bool = True) -> None:
+        """Run `body` once per combination of tile indices (var, count), threads sharing the work
+        (one thread when not `threaded`)."""
+        with code.block():
+            if tiles and threaded:
+                code.raw("#pragma omp parallel")
+            with code.block():
+                if scratch:
+                    code.line(f"char* scratch = static_cast<char*>(tg_alloc({scratch}));")
+                if tiles and threaded:
+                    code.raw(f"#pragma omp for collapse({len(tiles)}) schedule(static)")
+                self._nest(code, tiles, body)
+                if scratch:
+                    code.line("tg_free(scratch);")
+
+    def _nest(self, code: Code, tiles: Sequence[tuple[str, int]], body: Body) -> None:
+        if not tiles:
+            body(code)
+            return
+        var, count = tiles[0]
+        with code.block(f"for (int64_t {var} = 0; {var} < {count}; ++{var})"):
+            self._nest(code, tiles[1:], body)
+
+    def serial(self, code: Code, scratch: int, body: Body) -> None:
+        """Run `body` once (layout kernels)."""
+        self.parallel(code, (), scratch, body)
+
+
+class SyclDialect(Dialect):
+    """SYCL 2020: one `nd_range` `parallel_for` per kernel, a work-group per parallel tile.
+
+    The work-items of a group share each node's outermost loop (strided by the group size) and
+    meet at a barrier between nodes; the tile's intermediate buffers live in work-group local
+    memory (`local_accessor`) when they fit in `local_bytes`, else in a USM device block.
+    """
+
+    name = "sycl"
+    math_namespace = "sycl"
+    vector_width = 0  # plain scalar register blocks: the SYCL compiler vectorises across work-items
+    fast_float = False  # sycl:: math functions are the device's own
+
+    def __init__(self, group_size: int = 8, local_bytes: int = 32768) -> None:
+        self.group_size = max(1, int(group_size))
+        self.local_bytes = local_bytes
+
+    def includes(self) -> str:
+        return "#include <sycl/sycl.hpp>\n"
+
+    def head(self) -> str:
+        return ("typedef sycl::half tg_half;\n"
+                "namespace {\n"
+                "sycl::queue& tg_queue() { static sycl::queue q; return q; }\n"
+                "}  // namespace\n")
+
+    def flag_begin(self, code: Code) -> None:
+        code.line("int* err = sycl::malloc_shared<int>(1, q);")
+        code.line("*err = 0;")
+
+    def flag_end(self, code: Code) -> None:
+        code.line("const int failed = *err;")
+        code.line("sycl::free(err, q);")
+        code.line("return failed;")
+
+    def bind(self, code: Code, bindings: Sequence[tuple], arena_bytes: int) -> None:
+        """Device (USM) copies of inputs and parameters, device outputs, a device arena."""
+        code.line("sycl::queue& q = tg_queue();")
+        code.line(f"char* dev_arena = sycl::malloc_device<char>({max(arena_bytes, 1)}, q);")
+        for value, name, where in bindings:
+            ctype = c_type(value.type.dtype)
+            if where.startswith("arena"):
+                code.line(f"{ctype}* {name} = reinterpret_cast<{ctype}*>(dev_{where});")
+                continue
+            code.line(f"{ctype}* {name} = sycl::malloc_device<{ctype}>({value.type.numel}, q);")
+            if where.startswith("ins"):
+                code.line(f"q.memcpy({name}, {where}, {nbytes(value.type)});")
+        code.line("q.wait();")
+
+    def unbind(self, code: Code, bindings: Sequence[tuple], n_ins: int, n_outs: int) -> None:
+        for value, name, where in bindings:
+            if where.startswith("outs"):
+                code.line(f"q.memcpy({where}, {name}, {nbytes(value.type)});")
+        code.line("q.wait();")
+        for value, name, where in bindings:
+            if not where.startswith("arena"):
+                code.line(f"sycl::free({name}, q);")
+        code.line("sycl::free(dev_arena, q);")
+
+    def signature(self, name: str, params: Sequence[tuple[str, str, bool]]) -> str:
+        parts = ["sycl::queue& q"] + [f"{'' if out else 'const '}{ctype}* {pname}" for ctype, pname, out in params]
+        return f"static int {name}({', '.join(parts)})"
+
+    def call(self, name: str, args: Sequence[str]) -> str:
+        return f"{name}({', '.join(['q', *args])})"
+
+    def unroll(self, count: int) -> str:
+        return f"#pragma unroll {count}"
+
+    def simd(self) -> str:
+        return ""
+
+    @property
+    def group_items(self) -> int:
+        return self.group_size
+
+    def split_loop(self, name: str, lo: str, hi: str, step: int) -> str | None:
+        g = self.group_size
+        if g == 1:
+            return None
+        start = f"{lo} + lid" if step == 1 else f"{lo} + lid * {step}"
+        return f"for (int64_t {name} = {start}; {name} < {hi}; {name} += {g * step})"
+
+    def single_guard(self) -> str | None:
+        return "if (lid == 0)" if self.group_size > 1 else None
+
+    def barrier(self) -> str | None:
+        if self.group_size == 1:
+            return None
+        return "item.barrier(sycl::access::fence_space::global_and_local);"
+
+    def parallel(self, code: Code, tiles: Sequence[tuple[str, int]], scratch: int, body: Body,
+                 threaded: bool = True) -> None:
+        total = math.prod(count for _, count in tiles)
+        group = self.group_size
+        local = 0 < scratch <= self.local_bytes
+        with code.block():
+            if scratch and not local:
+                code.line(f"char* scratch_all = static_cast<char*>(sycl::malloc_device({total * scratch}, q));")
+            code.line("q.submit([&](sycl::handler& h) {")
+            code.depth += 1
+            if local:
+                code.line(f"sycl::local_accessor<char, 1> lm(sycl::range<1>({scratch}), h);")
+            code.line(f"h.parallel_for(sycl::nd_range<1>(sycl::range<1>({total * group}), sycl::range<1>({group})), "
+                      "[=](sycl::nd_item<1> item) {")
+            code.depth += 1
+            code.line("const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());")
+            code.line("const int64_t lid = static_cast<int64_t>(item.get_local_id(0));")
+            code.line("(void)lid;")
+            stride = 1
+            for var, count in reversed(tiles):
+                code.line(f"const int64_t {var} = tid / {stride} % {count};")
+                stride *= count
+            if local:
+                code.line("char* scratch = &lm[0];")
+            elif scratch:
+                code.line(f"char* scratch = scratch_all + tid * {scratch};")
+            body(code)
+            code.depth -= 1
+            code.line("});")
+            code.depth -= 1
+            code.line("}).wait();")
+            if scratch and not local:
+                code.line("sycl::free(scratch_all, q);")
+
+    def serial(self, code: Code, scratch: int, body: Body) -> None:
+        """Layout kernels: one work-item."""
+        saved = self.group_size
+        self.group_size = 1
+        try:
+            self.parallel(code, (), scratch, body)
+        finally:
+            self.group_size = saved

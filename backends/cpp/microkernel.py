@@ -1,0 +1,276 @@
+"""The register-tiled micro-kernel for reductions (matmul, convolution, pooling, sums).
+
+A reduction node runs over its output loops in blocks of MR (loop `u`) by NR (loop `v`, the one
+with unit stride in the output) elements, the reduction loops inside, so the MR x NR partial
+results stay in registers for the whole reduction and every load is reused along the loops it
+does not depend on: for a matmul, a row of B (NR wide) serves all MR rows, an element of A is
+broadcast across NR columns. Where the dialect has vectors (C++: GCC vector extensions) and the
+body is a sum of products in f32, the block is written with explicit vectors; edges along `v`
+use masked vector rows, other edges a scalar block. MR and NR come from `MicroKernel`, capped by
+the tile sizes the tiling pass chose.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilegraph.ir.graph import Value
+from tilegraph.ir.structured import Acc, AffineMap, Arg, Call, Const
+from tilegraph.ir.types import DType
+
+from .buffers import LocalBuffer, Var, linear, row_major_strides, store
+from .code import Code
+from .names import compute_type, init_literal
+from .scalar import scalar_expr
+
+
+@dataclass(frozen=True)
+class MicroKernel:
+    """Register block of reductions: MR rows (outer output loop) by NR columns (inner, vectorised)."""
+
+    mr: int = 8
+    nr: int = 32
+    min_parallel_flops: int = 200_000
+
+
+def _sum_of_products(expr) -> bool:
+    """A body built from operands, the accumulator, constants, add, sub and mul only."""
+    if isinstance(expr, Call):
+        return expr.fn in ("add", "sub", "mul") and all(_sum_of_products(a) for a in expr.args)
+    return isinstance(expr, (Arg, Acc, Const))
+
+
+class RegisterBlocks:
+    """Reduction nodes as register-blocked loop nests (mixed into KernelEmitter)."""
+
+    def _span(self, ranges: dict[int, tuple[str, str]], k: int) -> int:
+        """The longest range loop k takes in `ranges` (its tile, or its extent when whole)."""
+        lo, hi = ranges[k]
+        return self.extents[k] if lo == "0" and hi == str(self.extents[k]) else self.tile[k]
+
+    def _pick_u(self, i: int, outer: list[int], v: int | None) -> int | None:
+        """The loop to block MR-wide: the one most operands loaded along `v` do not depend on."""
+        if not outer:
+            return None
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        maps = [self.domain.compose_map(i, m) for m in space.inputs]
+        uses = [frozenset(d for e in m.exprs for d, _ in e.terms) for m in maps]
+
+        def reuse(u: int) -> int:
+            return sum(1 for used in uses if (v is None or v in used) and u not in used)
+
+        best = max(range(len(outer)), key=lambda n: (reuse(outer[n]), n))
+        return outer[best]
+
+    def _reduce(self, code: Code, i: int, ranges: dict[int, tuple[str, str]], reduced, first: str | None) -> None:
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        keep = self._order(i, [k for k in ranges if k not in reduced])
+        inner = [k for k in sorted(ranges) if k in reduced]
+        v = keep[-1] if keep else None
+        u = self._pick_u(i, keep[:-1], v)
+        outer = [k for k in keep if k not in (u, v)]
+        mr = min(self.micro.mr, self._span(ranges, u)) if u is not None else 1
+        nr = min(self.micro.nr, self._span(ranges, v)) if v is not None else 1
+        width = self.dialect.vector_width
+        if width and nr > width:
+            nr -= nr % width  # whole vectors in the register block; the rest goes to the edge path
+        loops = [(f"i{k}", *ranges[k], 1) for k in outer]
+        loops += [(f"b{k}", *ranges[k], step) for k, step in ((u, mr), (v, nr)) if k is not None]
+        depth = self._loops(code, loops)
+        code.line(f"const int64_t mu = {f'tg_lmin({mr}, {ranges[u][1]} - b{u})' if u is not None else 1};")
+        code.line(f"const int64_t nv = {f'tg_lmin({nr}, {ranges[v][1]} - b{v})' if v is not None else 1};")
+        accs = []
+        for r, value in enumerate(node.results):
+            code.line(f"{compute_type(value.type.dtype, node.op)} acc{r}[{mr}][{nr}];")
+            accs.append(f"acc{r}[uu][vv]")
+
+        def var(k: int) -> str:
+            if k == u:
+                return f"(b{k} + uu)"
+            if k == v:
+                return f"(b{k} + vv)"
+            return f"i{k}"
+
+        def block(bu: str, bv: str) -> None:
+            lvalues = [self.buffers[val].lvalue(self.domain.compose_map(i, m), var)
+                       for val, m in zip(node.results, space.outputs)]
+            with code.block(f"for (int64_t uu = 0; uu < {bu}; ++uu)"):
+                with code.block(f"for (int64_t vv = 0; vv < {bv}; ++vv)"):
+                    for r, (value, init) in enumerate(zip(node.results, space.init)):
+                        start = init_literal(init, value.type.dtype)
+                        code.line(f"acc{r}[uu][vv] = {start if first is None else f'({first}) ? {start} : {lvalues[r]}'};")
+            inner_depth = code.depth
+            for k in inner:
+                lo, hi = ranges[k]
+                code.line(f"for (int64_t i{k} = {lo}; i{k} < {hi}; ++i{k}) {{")
+                code.depth += 1
+            self._update(code, i, var, u, v, bu, bv, nr, accs)
+            while code.depth > inner_depth:
+                code.depth -= 1
+                code.line("}")
+            with code.block(f"for (int64_t uu = 0; uu < {bu}; ++uu)"):
+                with code.block(f"for (int64_t vv = 0; vv < {bv}; ++vv)"):
+                    for r, value in enumerate(node.results):
+                        final = store(value, f"acc{r}[uu][vv]") if i not in self.carried else f"acc{r}[uu][vv]"
+                        code.line(f"{lvalues[r]} = {final};")
+
+        vector = self._vectorizable(i, u, v, nr)
+        if mr == 1 and nr == 1:
+            block("1", "1")
+        else:
+            with code.block(f"if (mu == {mr} && nv == {nr})"):
+                if vector:
+                    self._vector_block(code, i, var, u, v, mr, nr, inner, ranges, first)
+                else:
+                    block(str(mr), str(nr))
+            if vector:
+                with code.block(f"else if (mu == {mr})"):  # a partial block along v: masked rows
+                    self._vector_block(code, i, var, u, v, mr, nr, inner, ranges, first, masked=True)
+            with code.block("else"):
+                block("mu", "nv")
+        while code.depth > depth:
+            code.depth -= 1
+            code.line("}")
+
+    def _vectorizable(self, i: int, u: int | None, v: int | None, nr: int) -> bool:
+        """Whether the register block can use explicit vectors: an f32 sum-of-products body whose
+        operands along `v` are contiguous and need no padding checks."""
+        width = self.dialect.vector_width
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        if not width or v is None or nr % width or len(node.results) != 1:
+            return False
+        if node.results[0].type.dtype is not DType.f32 or any(x.type.dtype is not DType.f32 for x in node.inputs):
+            return False
+        return _sum_of_products(space.body[0])
+
+    def _contiguous(self, value: Value, cmap: AffineMap, v: int) -> bool:
+        """Whether `value` read through `cmap` is contiguous along loop v (unit stride)."""
+        buf = self.buffers[value]
+        strides = row_major_strides(buf.spans) if isinstance(buf, LocalBuffer) else row_major_strides(value.type.shape)
+        coeffs, _ = linear(cmap, strides)
+        return coeffs.get(v, 0) == 1
+
+    def _vector_block(self, code: Code, i: int, var: Var, u: int | None, v: int, mr: int, nr: int,
+                      inner: list[int], ranges: dict[int, tuple[str, str]], first: str | None,
+                      masked: bool = False) -> None:
+        """The register block with explicit vectors: acc[MR][NR/W] vectors stay in registers,
+        operands along `v` are loaded as vectors, the others broadcast. `masked`: only `nv` of the
+        NR columns exist (the edge of the range); the others compute on zeros and are not stored."""
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        value, init = node.results[0], space.init[0]
+        width = self.dialect.vector_width
+        lanes = nr // width
+        vtype = self.dialect.vector_type
+        lvalue = self.buffers[value].lvalue(self.domain.compose_map(i, space.outputs[0]), var)
+        code.line(f"{vtype} vacc[{mr}][{lanes}];")
+        code.line(f"float row[{nr}];")
+        start = init_literal(init, value.type.dtype)
+        code.raw(self.dialect.unroll(mr))
+        with code.block(f"for (int64_t uu = 0; uu < {mr}; ++uu)"):
+            init_text = start if first is None else f"({first}) ? {start} : {lvalue}"
+            if masked:
+                init_text = f"vv < nv ? ({init_text}) : 0.0f"
+            code.line(f"for (int64_t vv = 0; vv < {nr}; ++vv) row[vv] = {init_text};")
+            code.line(f"for (int64_t q = 0; q < {lanes}; ++q) std::memcpy(&vacc[uu][q], row + q * {width}, "
+                      f"sizeof({vtype}));")
+        depth = code.depth
+        for k in inner:
+            lo, hi = ranges[k]
+            code.line(f"for (int64_t i{k} = {lo}; i{k} < {hi}; ++i{k}) {{")
+            code.depth += 1
+        at_lane = lambda k: f"(b{k} + q * {width})" if k == v else var(k)  # noqa: E731
+        names, per_row, per_lane = [], [], []
+        for n, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
+            cmap = self.domain.compose_map(i, amap)
+            used = {d for e in cmap.exprs for d, _ in e.terms}
+            buf = self.buffers[operand]
+            if v in used:
+                direct = (f"for (int64_t q = 0; q < {lanes}; ++q) "
+                          f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));")
+                element = buf.element(cmap, var, self.extents)
+                if masked:
+                    element = f"(vv < nv ? {element} : 0.0f)"
+                gather = (f"{{ float g[{nr}]; for (int64_t vv = 0; vv < {nr}; ++vv) "
+                          f"g[vv] = {element}; std::memcpy(a{n}, g, sizeof(g)); }}")
+                checks = buf.checks(cmap, var, self.extents)
+                if masked or not self._contiguous(operand, cmap, v):  # gather a row
+                    load = f"{vtype} a{n}[{lanes}]; {gather}"
+                elif checks is None:
+                    load = f"{vtype} a{n}[{lanes}]; {direct}"
+                else:  # padded: the checks are affine in vv, so both ends inside means all inside
+                    ends = [buf.checks(cmap, lambda k, c=c: f"(b{k} + {c})" if k == v else var(k), self.extents)
+                            for c in (0, nr - 1)]
+                    load = f"{vtype} a{n}[{lanes}]; if (({ends[0]}) && ({ends[1]})) {direct} else {gather}"
+                names.append(f"a{n}[q]")
+                (per_row if u in used else per_lane).append(load)
+            else:
+                load = f"const float a{n} = {buf.element(cmap, var, self.extents)};"
+                names.append(f"a{n}")
+                if u in used:
+                    per_row.append(load)
+                else:
+                    code.line(load)
+        for line in per_lane:
+            code.line(line)
+        index = self._index_fn(i, var)
+        code.raw(self.dialect.unroll(mr))
+        with code.block(f"for (int64_t uu = 0; uu < {mr}; ++uu)"):
+            for line in per_row:
+                code.line(line)
+            code.raw(self.dialect.unroll(lanes))
+            with code.block(f"for (int64_t q = 0; q < {lanes}; ++q)"):
+                expr = scalar_expr(space.body[0], names, DType.f32, index, acc="vacc[uu][q]", op=node.op)
+                code.line(f"vacc[uu][q] = {expr};")
+        while code.depth > depth:
+            code.depth -= 1
+            code.line("}")
+        code.raw(self.dialect.unroll(mr))
+        with code.block(f"for (int64_t uu = 0; uu < {mr}; ++uu)"):
+            code.line(f"for (int64_t q = 0; q < {lanes}; ++q) std::memcpy(row + q * {width}, &vacc[uu][q], "
+                      f"sizeof({vtype}));")
+            final = "row[vv]" if i in self.carried else store(value, "row[vv]")
+            code.line(f"for (int64_t vv = 0; vv < {'nv' if masked else nr}; ++vv) {lvalue} = {final};")
+
+    def _update(self, code: Code, i: int, var: Var, u: int | None, v: int | None, bu: str, bv: str, nr: int,
+                accs: list[str]) -> None:
+        """One step of the reduction loops over the register block, loads hoisted by what they vary
+        with: operands fixed over the block once, those varying along `v` only into an NR-wide row
+        (reused by all MR rows), those along `u` only once per row, the rest per element."""
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        full = bu.isdigit() and bv.isdigit()
+        names, per_row, per_element = [], [], []
+        for n, (value, amap) in enumerate(zip(node.inputs, space.inputs)):
+            cmap = self.domain.compose_map(i, amap)
+            used = {d for e in cmap.exprs for d, _ in e.terms}
+            text = self.buffers[value].element(cmap, var, self.extents)
+            ctype = compute_type(value.type.dtype, node.op)
+            along_u, along_v = u in used, v in used
+            if not along_u and not along_v:
+                code.line(f"const {ctype} a{n} = {text};")
+                names.append(f"a{n}")
+            elif along_v and not along_u:
+                code.line(f"{ctype} a{n}[{nr}];")
+                if full:
+                    code.raw(self.dialect.unroll(int(bv)))
+                code.line(f"for (int64_t vv = 0; vv < {bv}; ++vv) a{n}[vv] = {text};")
+                names.append(f"a{n}[vv]")
+            elif along_u and not along_v:
+                per_row.append(f"const {ctype} a{n} = {text};")
+                names.append(f"a{n}")
+            else:
+                per_element.append(f"const {ctype} a{n} = {text};")
+                names.append(f"a{n}")
+        index = self._index_fn(i, var)
+        if full:
+            code.raw(self.dialect.unroll(int(bu)))
+        with code.block(f"for (int64_t uu = 0; uu < {bu}; ++uu)"):
+            for line in per_row:
+                code.line(line)
+            if self.dialect.simd():
+                code.raw(self.dialect.simd())
+            with code.block(f"for (int64_t vv = 0; vv < {bv}; ++vv)"):
+                for line in per_element:
+                    code.line(line)
+                for r, (value, body) in enumerate(zip(node.results, space.body)):
+                    expr = scalar_expr(body, names, value.type.dtype, index, acc=accs[r], op=node.op)
+                    code.line(f"{accs[r]} = {expr};")
+

@@ -1,0 +1,124 @@
+"""The fixed head of every generated translation unit: includes and the scalar helpers.
+
+The same text serves the C++ and the SYCL source; `math` names the namespace of the math
+functions (`std` on the host, `sycl` in SYCL device code).
+"""
+from __future__ import annotations
+
+PRELUDE = r"""#include <cstdint>
+#include <cstddef>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace {
+
+template <class A, class B> inline auto tg_max(A a, B b) {
+  using T = decltype(a + b);
+  T x = (T)a, y = (T)b;
+  if constexpr (std::is_floating_point_v<T>) { if (x != x) return x; }
+  return x > y ? x : (x == x ? y : x);
+}
+template <class A, class B> inline auto tg_min(A a, B b) {
+  using T = decltype(a + b);
+  T x = (T)a, y = (T)b;
+  if constexpr (std::is_floating_point_v<T>) { if (x != x) return x; }
+  return x < y ? x : (x == x ? y : x);
+}
+template <class A, class B> inline auto tg_div(A a, B b) {
+  if constexpr (std::is_integral_v<A> && std::is_integral_v<B>) return (double)a / (double)b;
+  else return a / b;
+}
+template <class A, class B> inline auto tg_pow(A a, B b) {
+  if constexpr (std::is_integral_v<A> && std::is_integral_v<B>) {
+    decltype(a * b) r = 1, base = a;
+    for (int64_t e = (int64_t)b; e > 0; --e) r *= base;
+    return r;
+  } else {
+    using T = decltype(a + b);
+    return (T)TG_MATH::pow((T)a, (T)b);
+  }
+}
+template <class A> inline A tg_abs(A a) {
+  if constexpr (std::is_same_v<A, bool>) return a;
+  else if constexpr (std::is_floating_point_v<A>) return TG_MATH::fabs(a);
+  else return a < 0 ? (A)-a : a;
+}
+// exp in float with only arithmetic and selects, so loops calling it vectorise (libm calls do not):
+// Cody-Waite reduction x = n ln2 + r, a degree-6 polynomial for e^r, 2^n from the exponent bits.
+// Within 2 ulp of expf; inf, -inf (-> 0), NaN and overflow behave as expf does.
+inline float tg_fexp(float x) {
+  const float c = x < -88.0f ? -88.0f : (x > 88.0f ? 88.0f : x);
+  const float n = TG_MATH::floor(c * 1.44269504f + 0.5f);
+  const float r = (c - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  float y = p * scale;
+  y = x < -87.5f ? 0.0f : y;
+  y = x > 88.7f ? INFINITY : y;
+  return x != x ? x : y;
+}
+// erf(x) = 1 - poly(t) exp(-x^2), t = 1 / (1 + p|x|) (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7);
+// below 0.25 its Maclaurin series.
+inline float tg_ferf(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float big = 1.0f - poly * tg_fexp(-a * a);
+  const float x2 = a * a;  // small |x|: the Maclaurin series keeps the relative error small
+  const float small = 1.12837917f * a * (1.0f + x2 * (-1.0f / 3.0f + x2 * (0.1f + x2 * (-1.0f / 42.0f + x2 / 216.0f))));
+  const float y = a < 0.25f ? small : big;
+  return x != x ? x : (x < 0.0f ? -y : y);
+}
+template <class A> inline auto tg_exp(A a) {
+  if constexpr (TG_FAST_FLOAT && std::is_same_v<A, float>) return tg_fexp(a);
+  else return TG_MATH::exp(a);
+}
+template <class A> inline auto tg_log(A a) { return TG_MATH::log(a); }
+template <class A> inline auto tg_sqrt(A a) { return TG_MATH::sqrt(a); }
+template <class A> inline auto tg_tanh(A a) {
+  if constexpr (TG_FAST_FLOAT && std::is_same_v<A, float>) {
+    // 1 - 2 / (e^2x + 1), with small |x| from its series (the subtraction would cancel there)
+    const float e = tg_fexp(2.0f * a);
+    const float big = 1.0f - 2.0f / (e + 1.0f);
+    const float a2 = a * a;
+    const float small = a * (1.0f + a2 * (-1.0f / 3.0f + a2 * (2.0f / 15.0f + a2 * (-17.0f / 315.0f))));
+    return (a < 0.0625f && a > -0.0625f) ? small : big;
+  } else {
+    return TG_MATH::tanh(a);
+  }
+}
+template <class A> inline auto tg_erf(A a) {
+  if constexpr (TG_FAST_FLOAT && std::is_same_v<A, float>) return tg_ferf(a);
+  else return TG_MATH::erf(a);
+}
+template <class A> inline A tg_rsqrt(A a) { return (A)1 / TG_MATH::sqrt(a); }
+template <class A> inline A tg_sigmoid(A a) { return (A)1 / (tg_exp(-a) + (A)1); }
+inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline float tg_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits += ((bits >> 16) & 1u) + 0x7fffu;
+  bits &= 0xffff0000u;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+}  // namespace
+"""
+
+
+def prelude(math_namespace: str = "std", fast_float: bool = True) -> str:
+    """The prelude with the math functions taken from `math_namespace`; `fast_float`: f32 exp, erf,
+    tanh and sigmoid from the vectorisable versions above instead of libm calls."""
+    return f"#define TG_MATH {math_namespace}\n#define TG_FAST_FLOAT {int(fast_float)}\n" + PRELUDE

@@ -1,0 +1,89 @@
+"""Running a built library: ctypes binding, argument marshalling, result assembly."""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tilegraph.compiler import CompiledProgram
+from tilegraph.ir import TilegraphError
+from tilegraph.ir.program import Program
+
+from .source import Generated
+
+
+class NativeProgram(CompiledProgram):
+    """A Program compiled to a shared library with entry point `tg_run` (see `source.py`)."""
+
+    backend = "cpp"
+
+    def __init__(self, program: Program, params: Mapping, generated: Generated, library: Path | None,
+                 build_info: dict) -> None:
+        super().__init__(program, params, generated.source)
+        self.generated = generated
+        self.library_path = library
+        self.build_info = build_info
+        graph = program.graph
+        missing = [v.name for v in graph.params if v not in self.params]
+        if missing:
+            raise TilegraphError(f"{self.backend} backend: no value for parameter(s) {', '.join(missing)}")
+        self._params = [np.asarray(self.params[v], dtype=v.type.dtype.numpy, order="C") for v in graph.params]
+        self._arena = np.empty(max(generated.arena.size, 1) + 64, dtype=np.uint8)
+        self._lock = threading.Lock()
+        self._run = None
+        if library is not None:
+            # Idle OpenMP threads sleep instead of spinning (unless the user chose): spinning
+            # threads steal the cores of the caller's other work between kernels. Read by libgomp
+            # when it is first loaded, i.e. with the first library we load.
+            os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+            self._lib = ctypes.CDLL(str(library))
+            self._run = self._lib.tg_run
+            self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            self._run.restype = ctypes.c_int
+
+    def write(self, directory) -> list:
+        """The generated source and (when built) the library, as `write_build` writes them."""
+        from . import write_build
+
+        return write_build(self, directory)
+
+    def _arena_pointer(self) -> int:
+        address = self._arena.ctypes.data
+        return address + (-address % 64)
+
+    def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self._run is None:
+            raise TilegraphError(f"{self.backend} backend: {self.build_info.get('reason', 'the code was not built')}")
+        graph = self.program.graph
+        ins = [np.asarray(a, dtype=v.type.dtype.numpy, order="C") for a, v in zip(inputs, graph.inputs)]
+        ins += self._params
+        outs = [np.empty(v.type.shape, dtype=v.type.dtype.numpy) for v in self.generated.outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
+        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[a.ctypes.data for a in outs])
+        with self._lock:
+            status = self._run(in_ptrs, out_ptrs, self._arena_pointer())
+        if status:
+            raise IndexError("gather: index out of range")
+        written = dict(zip(self.generated.outputs, outs))
+        given = dict(zip(list(graph.inputs) + list(graph.params), ins))
+        results, used = [], set()
+        for v in graph.outputs:
+            if v in written and v not in used:
+                results.append(written[v])
+                used.add(v)
+            else:
+                results.append(np.array(written[v] if v in written else given[v], copy=True))
+        return results
+
+    def backend_report(self) -> str:
+        arena = self.generated.arena
+        lines = [f"  arena: {arena.size} bytes, offsets from {arena.source}",
+                 f"  kernels: {len(self.generated.order)} functions, source {len(self.source.splitlines())} lines"]
+        for key in ("compiler", "flags", "library", "cached", "reason"):
+            if key in self.build_info:
+                lines.append(f"  {key}: {self.build_info[key]}")
+        return "\n".join(lines)

@@ -1,0 +1,302 @@
+"""The C++/OpenMP backend: generated code computes what the reference computes, builds cleanly, is
+deterministic, keeps user names out of the source, and reports build problems clearly."""
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))  # native_checks: shared with test_sycl (importlib mode)
+from native_checks import FAST_FLAGS, TINY, assert_close, bound_params, check_backend, expected, schedule
+from strategies import graph_inputs, graphs
+
+import tilegraph
+from tilegraph.backends import cpp, reference
+from tilegraph.backends.cpp.arena import first_fit, lifetimes, plan_arena
+from tilegraph.backends.cpp.build import BuildError, build_library, compile_flags
+from tilegraph.backends.cpp.names import mangle
+from tilegraph.frontends.dsl import parse, parse_file
+from tilegraph.ir import DType, GraphBuilder, TilegraphError
+from tilegraph.ir.target import load_target
+from tilegraph.passes import PassManager
+from tilegraph.passes.fusion import kernel_domain_of
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CPU = load_target("cpu")
+
+
+def fast_build(program, params, **options):
+    return cpp.build(program, params, cxxflags=FAST_FLAGS, **options)
+
+
+# ----- every example, with the default flags and the cpu target's tiles ------------------------------
+@pytest.mark.parametrize("name", ["mlp", "transformer_block", "resnet_block", "lenet"])
+def test_examples_match_the_reference(name):
+    graph = parse_file(EXAMPLES / f"{name}.tg")
+    compiled = check_backend(cpp.build, graph, CPU)
+    assert "#pragma omp parallel" in compiled.source and "__restrict__" in compiled.source
+    assert compiled.source.count("static int kernel_") == len(compiled.program.kernels)
+
+
+def test_public_compile_entry_point():
+    graph = parse_file(EXAMPLES / "mlp.tg")
+    params = {v.name: a for v, a in reference.random_params(graph).items()}
+    fn = tilegraph.compile(graph, target="cpp", params=params, cxxflags=FAST_FLAGS)
+    x = reference.random_inputs(graph)
+    assert_close(fn(*x), reference.run(graph, x, params=params), [graph.outputs[0].type])
+    report = fn.report()
+    assert "backend cpp" in report and "arena" in report and FAST_FLAGS.split()[0] in report
+
+
+# ----- random graphs ---------------------------------------------------------------------------------
+@settings(max_examples=15)
+@given(st.data())
+def test_random_graphs_match_the_reference(data):
+    graph = data.draw(graphs(max_nodes=8))
+    inputs = data.draw(graph_inputs(graph))
+    for target in (TINY, CPU):
+        check_backend(fast_build, graph, target, inputs)
+
+
+@settings(max_examples=10)
+@given(st.data())
+def test_random_attention_convolution_and_normalisation_graphs(data):
+    ops = ["attention", "softmax", "layer_norm", "matmul", "batch_matmul", "conv2d", "max_pool2d", "avg_pool2d",
+           "add", "relu", "mul", "transpose", "sum", "mean", "gather", "concat", "reshape"]
+    graph = data.draw(graphs(max_nodes=8, ops=ops))
+    check_backend(fast_build, graph, TINY, data.draw(graph_inputs(graph)))
+
+
+@settings(max_examples=8)
+@given(st.data())
+def test_random_f16_and_bf16_graphs_round_like_the_reference(data):
+    half = data.draw(st.sampled_from([DType.f16, DType.bf16]))
+    graph = data.draw(graphs(max_nodes=5, dtypes=(half, DType.f32), ops=["add", "mul", "matmul", "sum", "relu", "exp",
+                                                                          "cast", "softmax", "tanh"]))
+    check_backend(fast_build, graph, TINY, data.draw(graph_inputs(graph)))
+
+
+# ----- hand-written schedules: ragged tiles, carried reductions, flash attention ---------------------
+def test_ragged_tiles_with_a_carried_reduction_and_an_epilogue():
+    b = GraphBuilder("mm")
+    x, w, bias = b.input("x", [7, 10]), b.param("w", [10, 9]), b.param("b", [9])
+    b.output(b.relu(b.add(b.matmul(x, w), bias)))
+    program = PassManager("canonicalize,fuse").run(b.graph)
+    (kernel,) = program.kernels
+    program = program.with_kernels([replace(kernel, tiles=(("d0", 3), ("d1", 4), ("d2", 4)))])
+    params = bound_params(b.graph, program)
+    inputs = reference.random_inputs(b.graph)
+    compiled = fast_build(program, params)
+    assert "rlo2" in compiled.source  # the reduction is walked tile by tile
+    assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_vector_micro_kernel_with_edges_and_a_carried_reduction(batch):
+    b = GraphBuilder("mm")
+    x, w, bias = b.input("x", [*batch, 19, 37]), b.param("w", [*batch, 37, 70]), b.param("b", [70])
+    b.output(b.tanh(b.add(b.matmul(x, w), bias)))
+    program = PassManager("canonicalize,fuse").run(b.graph)
+    (kernel,) = program.kernels
+    domain = kernel_domain_of(kernel)
+    sizes = {19: 10, 70: 64, 37: 16, 2: 1}
+    program = program.with_kernels([replace(kernel, tiles=tuple((loop.name, sizes[loop.extent])
+                                                                for loop in domain.loops))])
+    params = bound_params(b.graph, program)
+    inputs = reference.random_inputs(b.graph)
+    compiled = fast_build(program, params)
+    assert "vacc[uu][q]" in compiled.source and "rlo" in compiled.source
+    assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_vector_micro_kernel_on_padded_and_strided_convolutions(stride):
+    b = GraphBuilder("conv")
+    x, w = b.input("x", [1, 3, 9, 70]), b.param("w", [8, 3, 3, 3])
+    b.output(b.relu(b.conv2d(x, w, stride=stride, padding=1)))
+    compiled = check_backend(fast_build, b.graph, CPU)
+    assert "vacc[uu][q]" in compiled.source and "else if (mu == " in compiled.source  # masked edge
+
+
+@pytest.mark.parametrize("mask", ["causal", "bool", None])
+def test_flash_attention_with_ragged_key_tiles(mask):
+    keys = 12 if mask == "causal" else 10
+    b = GraphBuilder("att")
+    q, k, v = b.input("q", [2, 12, 8]), b.input("k", [2, keys, 8]), b.input("v", [2, keys, 6])
+    extra = [b.input("mask", [12, keys], DType.bool)] if mask == "bool" else []
+    b.output(b.attention(q, k, v, *extra, causal=mask == "causal"))
+    program = PassManager("canonicalize,fuse").run(b.graph)
+    (kernel,) = program.kernels
+    assert kernel.kind == "attention"
+    tiles = tuple((loop.name, 5 if loop.kind != "full" else loop.extent) for loop in kernel_domain_of(kernel).loops)
+    program = program.with_kernels([replace(kernel, tiles=tiles)])
+    inputs = reference.random_inputs(b.graph)
+    if mask == "bool":
+        inputs[-1][:, 0] = True
+    compiled = fast_build(program, {})
+    assert "m_[r]" in compiled.source  # online softmax state, no score matrix
+    assert_close(compiled(*inputs), reference.run(b.graph, inputs), [b.graph.outputs[0].type])
+
+
+# ----- torch models ----------------------------------------------------------------------------------
+torch = pytest.importorskip("torch", reason="the torch-model tests need torch")
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return torch.log_softmax(self.fc(y.mean(dim=(2, 3))), dim=-1)
+
+
+def _torch_check(model, *inputs):
+    from tilegraph.frontends.fx import from_module
+
+    model.eval()
+    graph = from_module(model, inputs)
+    fn = tilegraph.compile(graph, target="cpp", cxxflags=FAST_FLAGS)
+    with torch.no_grad():
+        want = model(*inputs)
+    got = fn(*[t.numpy() for t in inputs])
+    error = np.abs(got[0].astype(np.float64) - want.numpy()).max()
+    assert error < 1e-4 * max(1.0, float(np.abs(want.numpy()).max())), error
+    return fn
+
+
+@pytest.mark.parametrize("model, shape", [
+    (lambda: _Block(), (2, 4, 6, 6)),
+    (lambda: torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True), (2, 5, 16)),
+])
+def test_torch_models_match_eager(model, shape):
+    torch.manual_seed(0)
+    _torch_check(model(), torch.randn(*shape))
+
+
+HOSTILE = ['x"); system("rm -rf /"); //', "a\nb", "*/ #include <evil_h> /*", "#include <cstdio>", '")', "\\"]
+
+
+def test_hostile_torch_module_names_never_reach_the_source():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential()
+    for n, name in enumerate(HOSTILE):
+        model.add_module(name, torch.nn.Linear(6, 6) if n % 2 == 0 else torch.nn.Tanh())
+    fn = _torch_check(model, torch.randn(3, 6))
+    for name in HOSTILE:
+        for fragment in (name, "evil", "system", "<cstdio>"):
+            assert fragment not in fn.source
+
+
+# ----- generated source: determinism, names, errors, cache ------------------------------------------
+def test_same_program_gives_byte_identical_source():
+    text = (EXAMPLES / "transformer_block.tg").read_text()
+    program = schedule(parse(text), CPU)
+    sources = {cpp.generate_source(program), cpp.generate_source(program)}
+    sources.add(cpp.generate_source(schedule(parse(text), CPU)))  # a fresh parse of the same model
+    assert len(sources) == 1
+
+
+def test_hostile_dsl_and_builder_names_never_reach_the_source():
+    source = """
+def tg_run(int: f32[4, 8]) -> f32[4, 8] {
+    param kernel_0: f32[8, 8]
+    param p0.arena: f32[8]
+    float = int @ kernel_0 + p0.arena
+    return relu(float)
+}
+"""
+    graph = parse(source)
+    compiled = check_backend(fast_build, graph, CPU)
+    assert "float* __restrict__" in compiled.source  # our own identifiers only
+    assert compiled.source.count('extern "C" int tg_run(') == 1
+    assert "p0.arena" not in compiled.source and "p0_2earena" not in compiled.source.split("//")[0]
+    b = GraphBuilder('g"); #include <x> /*')
+    x = b.input(HOSTILE[0], [3])
+    b.output(b.exp(b.add(x, b.param(HOSTILE[2], [3]))))
+    compiled = check_backend(fast_build, b.graph, CPU)
+    for name in HOSTILE:
+        assert name not in compiled.source
+    assert "#include <x>" not in compiled.source and "evil" not in compiled.source
+
+
+def test_mangled_names_use_a_safe_alphabet_and_stay_distinct():
+    names = HOSTILE + ["a_b", "a.b", "a b", "ä"]
+    mangled = [mangle(n) for n in names]
+    assert len(set(mangled)) == len(names)
+    for m in mangled:
+        assert set(m) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def test_build_errors_show_the_compiler_message_and_the_generated_line():
+    source = "int ok() { return 0; }\nint broken() { return undefined_thing; }\n"
+    with pytest.raises(BuildError) as info:
+        build_library(source, "g++", compile_flags("-O0"))
+    message = str(info.value)
+    assert "generated source line 2" in message and "undefined_thing" in message
+    assert "int broken() { return undefined_thing; }" in message
+
+
+def test_a_missing_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    graph = parse_file(EXAMPLES / "mlp.tg")
+    with pytest.raises(TilegraphError, match="no C\\+\\+ compiler"):
+        cpp.build(schedule(graph, CPU), {})
+
+
+def test_cxxflags_from_the_environment_and_the_disk_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXXFLAGS", "-O0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    b = GraphBuilder("small")
+    b.output(b.relu(b.input("x", [5])))
+    program = schedule(b.graph, CPU)
+    first, second = cpp.build(program, {}), cpp.build(program, {})
+    assert first.build_info["flags"].split()[0] == "-O0"
+    assert (first.build_info["cached"], second.build_info["cached"]) == (False, True)
+    assert Path(first.build_info["library"]).parent.is_relative_to(tmp_path / "tilegraph")
+    assert (tmp_path / "tilegraph").stat().st_mode & 0o077 == 0  # private to the user
+    x = np.array([-1, 2, -3, 4, 0], dtype=np.float32)
+    np.testing.assert_array_equal(second(x)[0], np.maximum(x, 0))
+
+
+def test_gather_index_out_of_range_raises():
+    b = GraphBuilder("emb")
+    table, ids = b.param("table", [5, 3]), b.input("ids", [4], DType.i64)
+    b.output(b.gather(table, ids, axis=0))
+    program = schedule(b.graph, CPU)
+    compiled = fast_build(program, bound_params(b.graph, program))
+    ok = np.array([0, -1, 4, 2], dtype=np.int64)
+    assert_close(compiled(ok), expected(b.graph, program, compiled.params, [ok]), [b.graph.outputs[0].type])
+    with pytest.raises(IndexError):
+        compiled(np.array([0, 5, 1, 1], dtype=np.int64))
+
+
+def test_write_build_writes_source_and_library(tmp_path):
+    graph = parse_file(EXAMPLES / "mlp.tg")
+    program = schedule(graph, CPU)
+    compiled = fast_build(program, bound_params(graph, program))
+    paths = cpp.write_build(compiled, tmp_path / "out")
+    assert [p.suffix for p in paths] == [".cpp", ".so"]
+    assert paths[0].read_text() == compiled.source and paths[1].stat().st_size > 0
+
+
+# ----- the arena ----------------------------------------------------------------------------------------
+def test_arena_reuses_bytes_of_dead_tensors_and_never_overlaps_live_ones():
+    graph = parse_file(EXAMPLES / "lenet.tg")
+    program = schedule(graph, CPU)
+    arena = plan_arena(program, program.kernels)
+    life = lifetimes(program.kernels, list(arena.offsets))
+    items = list(arena.offsets.items())
+    for n, (a, oa) in enumerate(items):
+        for b, ob in items[n + 1:]:
+            if life[a][0] <= life[b][1] and life[b][0] <= life[a][1]:
+                assert oa + a.type.nbytes <= ob or ob + b.type.nbytes <= oa
+    assert arena.size < sum(v.type.nbytes for v in arena.offsets)  # something was shared
+    assert first_fit([], {}) == {}
