@@ -91,10 +91,17 @@ def compile(graph: Graph | Program, target: str = "reference", pipeline: str | N
     Parameters take their values from the graph, then `params` by name, then seeded random
     values, as in the reference backend. `options` go to the backend's `build`.
     """
+    from tilegraph.backends.reference import random_params
     from tilegraph.driver import compile_program
 
+    source = graph.graph if isinstance(graph, Program) else graph
+    # Draw parameters from the graph as written: the passes may rewrite a parameter's users (a
+    # batch-norm variance then no longer looks like one), and random values must stay valid.
+    drawn = {value.name: array for value, array in random_params(source, seed, params).items()}
     program, _ = compile_program(graph, pipeline, backend_module(target).TILE_TARGET)
-    return build_program(program, target, params=params, seed=seed, **options)
+    kept = {value.name for value in program.graph.params}
+    return build_program(program, target, params={k: v for k, v in drawn.items() if k in kept}, seed=seed,
+                         **options)
 
 
 def build_program(program: Program, target: str, *, params: Mapping[str, np.ndarray] | None = None,

@@ -3,8 +3,9 @@
 Dynamo hands over each captured graph with its example arguments (module weights arrive as
 placeholders). Each graph is converted for the argument shapes it is called with (the IR has static
 shapes, so a new shape converts again), compiled with `tilegraph.compile` for the default
-executable backend (`DYNAMO_TARGET`) through that backend's default pipeline, and run. A graph that cannot be converted runs eagerly in
-PyTorch instead, with a `TilegraphFallbackWarning` naming what was unsupported.
+executable backend (`DYNAMO_TARGET`, C++) through that backend's default pipeline, and run. A
+graph that cannot be converted or built runs eagerly in PyTorch instead, with a
+`TilegraphFallbackWarning` naming what was unsupported.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .errors import TilegraphFallbackWarning
 BACKEND_NAME = "tilegraph"
 
 
-DYNAMO_TARGET = "reference"
+DYNAMO_TARGET = "cpp"  # the default executable backend (C++ with OpenMP)
 
 
 def compile_graph(graph: Graph, target: str | None = None):
