@@ -115,6 +115,8 @@ def compile_command(
     if emit == "tgir":
         typer.echo(text)
     elif emit == "source":
+        if not compiled.source:
+            raise TilegraphError(f"backend {backend} generates no source; --emit source applies to cpp, sycl, triton")
         typer.echo(compiled.source)
     else:
         report = program_report(program, explain_fusion=explain_fusion)
