@@ -74,6 +74,7 @@ def configure(solver: cp_model.CpSolver, time_limit: float, config: SolverConfig
     # The feasibility-jump worker ignores the time limit on our NoOverlap2D models (observed: 10 s limit,
     # 50-60 s wall with OR-Tools 9.15); the LP/search workers respect it.
     p.use_feasibility_jump = False
+    p.num_violation_ls = 0  # the violation local-search worker can likewise outlive the limit and the proof
     if config.deterministic:
         p.interleave_search = True
         p.max_deterministic_time = max(0.01, time_limit)
