@@ -78,15 +78,19 @@ class TilegraphGraph:
             conversion = convert_graph_module(self.gm, args, name=self.name)
             program = compile_graph(conversion.graph)
         except TilegraphError as e:
-            self.eager = True
-            self.fallback_reason = str(e)
-            warnings.warn(f"tilegraph: running graph {self.name} eagerly in PyTorch: {e}", TilegraphFallbackWarning,
-                          stacklevel=3)
-            return None
+            return self._fall_back(str(e))
+        except Exception as e:  # a bug in tilegraph must not break the user's model: run it eagerly, say why
+            return self._fall_back(f"internal error {type(e).__name__}: {e} (please report it)")
         compiled = _Compiled(conversion, program, [args[p] for p in conversion.state_positions])
         self._scalar_positions = conversion.scalar_positions
         self._cache[self._key(args)] = compiled
         return compiled
+
+    def _fall_back(self, reason: str) -> None:
+        self.eager = True
+        self.fallback_reason = reason
+        warnings.warn(f"tilegraph: running graph {self.name} eagerly in PyTorch: {reason}", TilegraphFallbackWarning,
+                      stacklevel=4)
 
     def _key(self, args: Sequence[Any]) -> tuple:
         """Argument shapes and dtypes, plus the values the graph was specialised to."""

@@ -116,3 +116,16 @@ def test_unsupported_graph_falls_back_to_eager_with_a_warning(executed):
         got = compiled(x)
     assert close(got, Unsupported()(x))
     assert not executed
+
+
+def test_a_crash_inside_tilegraph_falls_back_to_eager_with_a_warning(monkeypatch):
+    def broken(graph, target=None):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(tilegraph_dynamo, "compile_graph", broken)
+    model = mlp()
+    compiled = torch.compile(model, backend="tilegraph")
+    x = torch.randn(3, 8)
+    with pytest.warns(TilegraphFallbackWarning, match="internal error KeyError"):
+        got = compiled(x)
+    assert close(got, model(x))
