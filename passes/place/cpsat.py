@@ -305,11 +305,13 @@ def solve_cpsat(pb: PlacementProblem, time_limit: float, hint: Schedule | None =
     t0 = time.monotonic()
     allowed = allowed or pb.capable
     if horizon is None:
+        # Transfers may run past the last kernel (results going home), so the horizon keeps room for
+        # them: with the hint's makespan alone, the hint itself was infeasible and nothing improved.
+        transfers = sum(max(row) for row in pb.xfer) + 1
         if hint is not None:
-            horizon = hint.makespan
+            horizon = hint.makespan + transfers
         else:
-            horizon = sum(max(pb.duration[i][p] for p in allowed[i]) for i in range(pb.n)) + \
-                sum(max(row) for row in pb.xfer) + 1
+            horizon = sum(max(pb.duration[i][p] for p in allowed[i]) for i in range(pb.n)) + transfers
     b = _Builder(pb, allowed, horizon, fixed_start, param_allowed)
     md = b.model
     md.Add(b.mk >= lower_bound)
