@@ -203,9 +203,7 @@ def test_examples_run_under_the_interpreter(example):
     assert fn.source.count("@triton.jit") >= 2
 
 
-@pytest.mark.skipif(not os.environ.get("TILEGRAPH_SLOW_TESTS"),
-                    reason="20-30 s each in the Triton interpreter; set TILEGRAPH_SLOW_TESTS=1 to run")
-@pytest.mark.parametrize("example", ["transformer_block", "resnet_block"])
+@pytest.mark.parametrize("example", ["transformer_block", "resnet_block"])  # ~10 s each in the interpreter
 def test_big_examples_run_under_the_interpreter(example):
     check(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / f"{example}.tg")))
 
