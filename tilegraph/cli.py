@@ -87,6 +87,9 @@ def compile_command(
     print_ir_after: Annotated[Optional[list[str]], typer.Option(help="print the IR after this pass (repeatable)")] = None,
     dump_dir: Annotated[Optional[Path], typer.Option(help="write NN_pass.tgir after each pass that changed the IR")] = None,
     time_passes: Annotated[bool, typer.Option(help="print a per-pass timing table (stderr)")] = False,
+    aot_arch: Annotated[Optional[int], typer.Option(help="with --target triton: also compile every kernel for "
+                                                    "CUDA sm_ARCH (e.g. 90; no GPU needed) and report its shared "
+                                                    "memory, registers and spills")] = None,
     entry: Entry = None,
 ) -> None:
     """Compile a model through the pass pipeline; print what was decided, the Program or the code."""
@@ -100,12 +103,15 @@ def compile_command(
     backend = target if target in BACKENDS else None
     if emit == "source" and backend is None:
         raise TilegraphError(f"--emit source needs a backend target ({', '.join(BACKENDS)}), not {target!r}")
+    if aot_arch is not None and backend != "triton":
+        raise TilegraphError(f"--aot-arch applies to --target triton, not {target!r}")
     tile_target = backend_module(backend).TILE_TARGET if backend else target
     program, _ = compile_program(
         load_program(model, entry), pipeline, tile_target,
         print_ir_after="all" if print_ir_after_all else set(print_ir_after or ()),
         dump_dir=dump_dir, time_passes=time_passes)
-    compiled = build_program(program, backend) if backend else None
+    options = {} if aot_arch is None else {"aot_arch": aot_arch}
+    compiled = build_program(program, backend, **options) if backend else None
     text = print_program(program)
     if output is not None:
         written = [output] if compiled is None else [output / "program.tgir", *compiled.write(output)]

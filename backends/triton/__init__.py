@@ -28,13 +28,19 @@ from .runtime import TritonProgram
 TILE_TARGET = "gpu-h100"
 
 
-def build(program: Program, params: Mapping, *, device: str | None = None, autotune: bool = True) -> TritonProgram:
+def build(program: Program, params: Mapping, *, device: str | None = None, autotune: bool = True,
+          aot_arch: int | None = None) -> TritonProgram:
     """Generate the module for a fused, tiled Program and bind its parameters.
 
     `device`: a torch device for the tensors (default: cuda, or cpu under the interpreter);
-    `autotune`: time candidate launch configs on the first CUDA run (cached per shape).
+    `autotune`: time candidate launch configs on the first CUDA run (cached per shape);
+    `aot_arch`: also compile every kernel for CUDA sm_<aot_arch> (no GPU needed) and report its
+    shared memory, registers and spills.
     """
-    return TritonProgram(program, params, device=device, autotune_=autotune)
+    compiled = TritonProgram(program, params, device=device, autotune_=autotune)
+    if aot_arch is not None:
+        compiled.compile_ahead(aot_arch)
+    return compiled
 
 
 def generate_source(program: Program) -> str:

@@ -92,9 +92,11 @@ def compile_kernels(generated: GeneratedModule, arch: int = 90, warp_size: int =
 
 
 def compile_kernels_isolated(generated: GeneratedModule, arch: int = 90, warp_size: int = 32, num_warps: int = 4,
-                             num_stages: int = 3, timeout: float = 900) -> list[CompiledKernel]:
+                             num_stages: int = 3, timeout: float = 900,
+                             configs: list[tuple[int, int]] | None = None) -> list[CompiledKernel]:
     """`compile_kernels` in a fresh Python process: a process that has run kernels in the Triton
-    interpreter has the interpreter's patches on triton.language, which break real compilation."""
+    interpreter has the interpreter's patches on triton.language, which break real compilation.
+    `configs`: (warps, stages) per kernel of the module, in place of `num_warps`/`num_stages`."""
     import json
     import sys
 
@@ -103,12 +105,13 @@ def compile_kernels_isolated(generated: GeneratedModule, arch: int = 90, warp_si
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "generated.py"
         path.write_text(generated.text)
-        functions = [s.function for s in generated.kernels if s is not None]
-        pointers = [[_POINTER[v.type.dtype.name] for v in s.args] for s in generated.kernels if s is not None]
+        configs = configs or [(num_warps, num_stages)] * len(generated.kernels)
+        kept = [(s, c) for s, c in zip(generated.kernels, configs) if s is not None]
         request = Path(folder) / "request.json"
-        request.write_text(json.dumps({"module": str(path), "functions": functions, "pointers": pointers,
-                                       "arch": arch, "warp_size": warp_size, "num_warps": num_warps,
-                                       "num_stages": num_stages}))
+        request.write_text(json.dumps({"module": str(path), "functions": [s.function for s, _ in kept],
+                                       "pointers": [[_POINTER[v.type.dtype.name] for v in s.args] for s, _ in kept],
+                                       "configs": [list(c) for _, c in kept], "arch": arch,
+                                       "warp_size": warp_size}))
         env = {**os.environ, "TRITON_INTERPRET": "0"}
         done = subprocess.run([sys.executable, "-m", "tilegraph.backends.triton.hopper", str(request)],
                               capture_output=True, text=True, env=env, timeout=timeout)
@@ -130,10 +133,10 @@ def _main(request_path: str) -> None:
     records = []
     with tempfile.TemporaryDirectory() as folder:
         module = _load_compiled(text, Path(folder))
-        for function, pointers in zip(request["functions"], request["pointers"]):
+        for function, pointers, (warps, stages) in zip(request["functions"], request["pointers"], request["configs"]):
             fn = getattr(module, function)
             kernel = triton.compile(ASTSource(fn, dict(zip(fn.arg_names, pointers)), {}), target=target,
-                                    options={"num_warps": request["num_warps"], "num_stages": request["num_stages"]})
+                                    options={"num_warps": warps, "num_stages": stages})
             regs, spills = _resources(kernel.asm["cubin"])
             records.append(dict(function=function, shared_bytes=int(kernel.metadata.shared), registers=regs,
                                 spills=spills, ptx_lines=kernel.asm["ptx"].count("\n")))

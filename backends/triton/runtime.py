@@ -14,7 +14,7 @@ from tilegraph.ir import TilegraphError
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
 
-from . import autotune
+from . import autotune, hopper
 from .module import TORCH_DTYPE, generate
 
 
@@ -67,6 +67,8 @@ class TritonProgram(CompiledProgram):
         self.configs: list[tuple[int, int]] = [autotune.DEFAULT] * len(program.kernels)
         self.tuned = False
         self.timings: dict[int, dict] = {}
+        self.gpu_arch: int | None = None
+        self.gpu_resources: dict[str, hopper.CompiledKernel] = {}  # function -> ahead-of-time compile record
         self._module = None
         self._params: dict = {}
 
@@ -157,6 +159,14 @@ class TritonProgram(CompiledProgram):
         outs = self.run_torch(*tensors)
         return [self.to_numpy(t, v.type.dtype) for t, v in zip(outs, graph.outputs)]
 
+    def compile_ahead(self, arch: int = 90) -> list[hopper.CompiledKernel]:
+        """triton.compile every kernel for CUDA sm_<arch> (no GPU needed); the report then shows
+        each kernel's shared memory, registers and spills. Raises TilegraphError if one fails."""
+        records = hopper.compile_kernels_isolated(self.generated, arch=arch, configs=self.configs)
+        self.gpu_arch = arch
+        self.gpu_resources = {record.function: record for record in records}
+        return records
+
     def backend_report(self) -> str:
         lines = []
         for position, (kernel, source) in enumerate(zip(self.program.kernels, self.generated.kernels)):
@@ -166,8 +176,17 @@ class TritonProgram(CompiledProgram):
             blocks = " ".join(f"{p.kind[0]}{p.tile}/{p.block}" for p in source.loops)
             warps, stages = self.configs[position]
             lines.append(f"  {kernel.name}: {source.function} grid {source.grid} blocks(tile/lanes) {blocks}"
-                         f"{' tl.dot' if source.uses_dot else ''} warps {warps} stages {stages}")
+                         f"{' tl.dot' if source.uses_dot else ''} warps {warps} stages {stages}"
+                         f"{self._resource_note(source.function)}")
         return "\n".join(lines)
+
+    def _resource_note(self, function: str) -> str:
+        record = self.gpu_resources.get(function)
+        if record is None:
+            return ""
+        registers = "registers ?" if record.registers is None else f"{record.registers} registers"
+        spills = "" if record.spills is None else f", {record.spills} B spilled"
+        return f"; sm_{self.gpu_arch}: shared {record.shared_bytes} B, {registers}{spills}"
 
 
 __all__ = ["TritonProgram", "load_module"]

@@ -231,13 +231,18 @@ def test_kernels_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
     carried = parse("""def f(c: bool[7, 300], x: i32[7, 300]) -> (bool[7], bool[7], i32[7]) {
         return sum(c, axes=[1]), max(c, axes=[1]), sum(x * x, axes=[1])
     }""")
-    generated = [fn.generated, tgt.build(tiny_program(carried), {}).generated]
-    assert any(p.count > 1 for s in generated[1].kernels if s is not None for p in s.loops)
-    for module in generated:
-        records = compile_kernels_isolated(module, arch=90)
+    carried_module = tgt.build(tiny_program(carried), {}).generated
+    assert any(p.count > 1 for s in carried_module.kernels if s is not None for p in s.loops)
+    checks = [(fn.generated, fn.compile_ahead(90)), (carried_module, compile_kernels_isolated(carried_module, arch=90))]
+    for module, records in checks:
         assert len(records) == sum(s is not None for s in module.kernels) >= 1
         for record in records:
             assert 0 <= record.shared_bytes <= 232448 and record.ptx_lines > 0
+    # the report names each kernel's sm_90 resources
+    report = fn.report()
+    for record in checks[0][1]:
+        line = next(line for line in report.splitlines() if f" {record.function} " in line)
+        assert f"sm_90: shared {record.shared_bytes} B" in line
 
 
 # ----- source: names, determinism, errors ------------------------------------------------------------
