@@ -410,7 +410,7 @@ def test_gpu_benchmark_refuses_to_run_without_a_gpu(tmp_path, capsys, monkeypatc
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the benchmark would run for real")
-    spec = importlib.util.spec_from_file_location("tilegraph_gpu_benchmark", EXAMPLES.parent / "benchmarks" / "gpu.py")
+    spec = importlib.util.spec_from_file_location("tilegraph_gpu_benchmark", EXAMPLES.parent / "benchmarks" / "triton_gpu.py")
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, bench)
     spec.loader.exec_module(bench)

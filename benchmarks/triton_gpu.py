@@ -1,8 +1,8 @@
 """tilegraph's Triton backend against torch eager and torch.compile (Inductor) on one CUDA GPU.
 
-    python benchmarks/gpu.py            # writes benchmarks/results/gpu.md
-    python benchmarks/gpu.py --quick    # smaller sizes, a smoke run
-    python benchmarks/gpu.py --dry-run  # no GPU: tiny sizes through the Triton interpreter on the CPU,
+    python benchmarks/triton_gpu.py            # writes benchmarks/results/triton_gpu.md
+    python benchmarks/triton_gpu.py --quick    # smaller sizes, a smoke run
+    python benchmarks/triton_gpu.py --dry-run  # no GPU: tiny sizes through the Triton interpreter on the CPU,
                                         # checks this script end to end; prints, writes nothing
 
 Cases (the issue's list): fused softmax and layer norm (M=4096, N from 512 to 16K), a GELU-MLP
@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "gpu.md"
+RESULTS = Path(__file__).resolve().parent / "results" / "triton_gpu.md"
 DEVICE = "cuda"
 
 
@@ -150,7 +150,7 @@ def cases(torch, quick: bool):
 
 def table(rows: list[Row], bandwidth: float, device: str) -> str:
     out = [f"# tilegraph Triton backend vs torch on {device}", "",
-           f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python benchmarks/gpu.py`. "
+           f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python benchmarks/triton_gpu.py`. "
            f"Copy bandwidth measured: {bandwidth / 1e9:.0f} GB/s. Times in ms (triton.testing.do_bench). "
            "Ratios > 1 mean tilegraph is faster. `of roofline`: memory-bound cases as a fraction of the copy "
            "bandwidth, matmul-like cases as a fraction of cuBLAS (torch.matmul).", "",
@@ -190,14 +190,14 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         import triton  # noqa: F401
     except ImportError as exc:
-        print(f"benchmarks/gpu.py: needs torch and triton ({exc}); nothing written.", file=sys.stderr)
+        print(f"benchmarks/triton_gpu.py: needs torch and triton ({exc}); nothing written.", file=sys.stderr)
         return 2
     if not torch.cuda.is_available() and not DRY_RUN:
-        print("benchmarks/gpu.py: no CUDA device here; this benchmark only runs on a GPU (or try --dry-run "
+        print("benchmarks/triton_gpu.py: no CUDA device here; this benchmark only runs on a GPU (or try --dry-run "
               "to check the script through the Triton interpreter). Nothing written.", file=sys.stderr)
         return 2
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and not DRY_RUN:
-        print("benchmarks/gpu.py: TRITON_INTERPRET is set; unset it to time real kernels. Nothing written.",
+        print("benchmarks/triton_gpu.py: TRITON_INTERPRET is set; unset it to time real kernels. Nothing written.",
               file=sys.stderr)
         return 2
     torch.manual_seed(0)
