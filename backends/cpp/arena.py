@@ -31,9 +31,9 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def arena_values(program: Program, kernels: Sequence[Kernel]) -> list[Value]:
-    """Kernel outputs that are not graph outputs, in the order kernels write them."""
-    outputs = set(program.graph.outputs)
+def arena_values(program: Program, kernels: Sequence[Kernel], exclude: frozenset[Value] = frozenset()) -> list[Value]:
+    """Kernel outputs that are not graph outputs (nor in `exclude`), in the order kernels write them."""
+    outputs = set(program.graph.outputs) | exclude
     return [v for k in kernels for v in k.outputs if v not in outputs]
 
 
@@ -88,9 +88,10 @@ def first_fit(values: Sequence[Value], life: dict[Value, tuple[int, int]]) -> di
     return offsets
 
 
-def plan_arena(program: Program, kernels: Sequence[Kernel]) -> Arena:
-    """Arena offsets for the kernels in execution order."""
-    values = arena_values(program, kernels)
+def plan_arena(program: Program, kernels: Sequence[Kernel], exclude: frozenset[Value] = frozenset()) -> Arena:
+    """Arena offsets for the kernels in execution order; `exclude`: values that live elsewhere
+    (folded at load time)."""
+    values = arena_values(program, kernels, exclude)
     life = lifetimes(kernels, values)
     offsets, source = None, "liveness"
     if program.memory_plan is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tilegraph.ir import TilegraphError
-from tilegraph.ir.graph import Value
+from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineMap
 from tilegraph.ir.types import DType
@@ -37,8 +37,10 @@ class KernelEmitter(RegisterBlocks):
     """Emits one structured kernel; `params` names the pointer of each kernel input and output."""
 
     def __init__(self, kernel: Kernel, domain, dialect: Dialect, params: dict[Value, str],
-                 micro: MicroKernel = MicroKernel()) -> None:
+                 micro: MicroKernel = MicroKernel(), folded: frozenset[Node] = frozenset()) -> None:
         self.kernel, self.domain, self.dialect, self.micro = kernel, domain, dialect, micro
+        # nodes computed at load time (fold.py): not emitted, their results read as kernel inputs
+        self.skipped = {i for i, node in enumerate(domain.nodes) if node in folded}
         sizes = dict(kernel.tiles)
         self.loops = domain.loops
         self.extents = tuple(loop.extent for loop in self.loops)
@@ -52,8 +54,9 @@ class KernelEmitter(RegisterBlocks):
         self.global_ptrs = dict(params)
         self.buffers: dict[Value, Buffer] = {v: GlobalBuffer(v, p) for v, p in params.items()}
         self.locals: list[LocalBuffer] = []
-        self.carried = {i for i in range(len(domain.nodes)) if domain.reduces(i) & set(self.reduction)}
-        skip = self.unbuffered()
+        self.carried = {i for i in range(len(domain.nodes))
+                        if domain.reduces(i) & set(self.reduction) and i not in self.skipped}
+        skip = self.unbuffered() | self.skipped
         for i, (node, space) in enumerate(zip(domain.nodes, domain.spaces)):
             if i in skip:
                 continue
@@ -136,9 +139,10 @@ class KernelEmitter(RegisterBlocks):
         domain = self.domain
         count = len(domain.nodes)
         below = downstream(domain)
-        after = set().union(*[below[i] for i in range(count) if domain.streamed[i]]) if self.reduction else set()
-        looped = [i for i in range(count) if domain.streamed[i] or i not in after]
-        epilogue = [i for i in range(count) if not domain.streamed[i] and i in after]
+        run = [i for i in range(count) if i not in self.skipped]
+        after = set().union(*[below[i] for i in run if domain.streamed[i]]) if self.reduction else set()
+        looped = [i for i in run if domain.streamed[i] or i not in after]
+        epilogue = [i for i in run if not domain.streamed[i] and i in after]
         self._reduction_nest(code, self.reduction, looped)
         for i in sorted(self.carried):
             self._copy_out(code, i)

@@ -13,6 +13,7 @@ from tilegraph.compiler import CompiledProgram
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.program import Program
 
+from .fold import evaluate_folding
 from .source import Generated
 
 
@@ -32,6 +33,7 @@ class NativeProgram(CompiledProgram):
         if missing:
             raise TilegraphError(f"{self.backend} backend: no value for parameter(s) {', '.join(missing)}")
         self._params = [np.asarray(self.params[v], dtype=v.type.dtype.numpy, order="C") for v in graph.params]
+        self._params += evaluate_folding(generated.folding, dict(zip(graph.params, self._params)))
         self._arena = np.empty(max(generated.arena.size, 1) + 64, dtype=np.uint8)
         self._lock = threading.Lock()
         self._run = None

@@ -1,7 +1,7 @@
 """A whole Program as one translation unit: prelude, one function per kernel, the entry point.
 
-The entry point `tg_run(ins, outs, arena)` takes the graph inputs then the parameters (in
-`graph.params` order) in `ins`, the kernel-produced graph outputs in `outs`, and the arena that
+The entry point `tg_run(ins, outs, arena)` takes the graph inputs, the parameters (in
+`graph.params` order) and the folded values (`fold.py`) in `ins`, the kernel-produced graph outputs in `outs`, and the arena that
 holds every tensor passed between kernels; it returns 0, or 1 when a gather index was out of range.
 Generated text depends only on the Program and the options, so it is byte-identical across runs.
 """
@@ -16,6 +16,7 @@ from .arena import Arena, plan_arena
 from .code import Code
 from .dialect import Dialect
 from .emit import KernelEmitter, MicroKernel
+from .fold import NO_FOLDING, Folding, plan_folding
 from .layout import emit_layout
 from .names import c_type, mangle
 from .prelude import prelude
@@ -29,6 +30,7 @@ class Generated:
     arena: Arena
     order: tuple[Kernel, ...]
     outputs: tuple[Value, ...]  # graph outputs the code writes, in `outs` order
+    folding: Folding = NO_FOLDING  # computed at load time, passed after the parameters in `ins`
     notes: list[str] = field(default_factory=list)
 
 
@@ -50,16 +52,26 @@ def written_outputs(program: Program) -> tuple[Value, ...]:
     return tuple(seen)
 
 
-def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroKernel) -> tuple[str, str]:
+def kernel_operands(kernel: Kernel, folding: Folding) -> tuple[list[Value], list[Value]]:
+    """(read, written) tensors of a kernel's function: its inputs plus the folded values its nodes
+    would have computed, and its outputs less those folded values."""
+    folded = folding.values
+    inside = [v for n in kernel.nodes for v in n.results if v in folded and v in folding.inputs]
+    return list(kernel.inputs) + inside, [v for v in kernel.outputs if v not in folded]
+
+
+def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroKernel,
+                     folding: Folding = NO_FOLDING) -> tuple[str, str]:
     """(function name, its text) for one kernel."""
     from tilegraph.passes.fusion import kernel_domain_of
 
     from .attention import AttentionEmitter
 
     name = f"kernel_{index}"
-    values = list(kernel.inputs) + list(kernel.outputs)
+    reads, writes = kernel_operands(kernel, folding)
+    values = reads + writes
     params = {v: f"p{n}" for n, v in enumerate(values)}
-    signature = dialect.signature(name, [(c_type(v.type.dtype, _op_of(v, kernel)), params[v], n >= len(kernel.inputs))
+    signature = dialect.signature(name, [(c_type(v.type.dtype, _op_of(v, kernel)), params[v], n >= len(reads))
                                          for n, v in enumerate(values)])
     code = Code()
     domain = kernel_domain_of(kernel)
@@ -71,8 +83,10 @@ def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroK
             emit_layout(code, node, dialect, params)
             dialect.flag_end(code)
         return name, code.text()
-    emitter_class = AttentionEmitter if kernel.kind == "attention" else KernelEmitter
-    emitter = emitter_class(kernel, domain, dialect, params, micro)
+    if kernel.kind == "attention":
+        emitter = AttentionEmitter(kernel, domain, dialect, params, micro)
+    else:
+        emitter = KernelEmitter(kernel, domain, dialect, params, micro, folding.node_set)
     emitter.header_comment(code)
     with code.block(signature):
         emitter.emit_body(code)
@@ -85,10 +99,13 @@ def _op_of(value: Value, kernel: Kernel) -> str:
     return node.op
 
 
-def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKernel()) -> Generated:
-    """The translation unit of `program` in `dialect`."""
-    order = execution_order(program)
-    arena = plan_arena(program, order)
+def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKernel(), fold: bool = True) -> Generated:
+    """The translation unit of `program` in `dialect`; `fold`: compute parameter-only nodes at
+    load time (fold.py) instead of on every call."""
+    folding = plan_folding(program) if fold else NO_FOLDING
+    folded = folding.node_set
+    order = tuple(k for k in execution_order(program) if not all(n in folded for n in k.nodes))
+    arena = plan_arena(program, order, folding.values)
     outputs = written_outputs(program)
     graph = program.graph
     code = Code()
@@ -97,21 +114,21 @@ def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKerne
     text = [code.text(), dialect.includes(), prelude(dialect.math_namespace, dialect.fast_float), dialect.head()]
     names = []
     for n, kernel in enumerate(order):
-        name, body = _kernel_function(kernel, n, dialect, micro)
+        name, body = _kernel_function(kernel, n, dialect, micro, folding)
         names.append(name)
         text.append(body)
-    text.append(_entry(program, order, names, arena, outputs, dialect))
-    return Generated("\n".join(text), arena, order, outputs)
+    text.append(_entry(program, order, names, arena, outputs, dialect, folding))
+    return Generated("\n".join(text), arena, order, outputs, folding)
 
 
-def _entry(program: Program, order, names, arena: Arena, outputs, dialect: Dialect) -> str:
+def _entry(program: Program, order, names, arena: Arena, outputs, dialect: Dialect, folding: Folding) -> str:
     graph = program.graph
     ptr: dict[Value, str] = {}
     code = Code()
     code.line(f'extern "C" int64_t tg_arena_bytes() {{ return {arena.size}; }}')
     code.line("")
     with code.block('extern "C" int tg_run(void* const* ins, void* const* outs, char* arena)'):
-        slots = list(graph.inputs) + list(graph.params)
+        slots = list(graph.inputs) + list(graph.params) + list(folding.inputs)
         bindings: list[tuple[Value, str, str]] = []  # value, pointer name, where
         for n, v in enumerate(slots):
             if v not in ptr:
@@ -126,7 +143,8 @@ def _entry(program: Program, order, names, arena: Arena, outputs, dialect: Diale
         dialect.bind(code, bindings, arena.size)
         code.line("int err = 0;")
         for kernel, name in zip(order, names):
-            args = [ptr[v] for v in list(kernel.inputs) + list(kernel.outputs)]
+            reads, writes = kernel_operands(kernel, folding)
+            args = [ptr[v] for v in reads + writes]
             code.line(f"if (!err) err = {dialect.call(name, args)};  // {mangle(kernel.name)}")
         dialect.unbind(code, bindings, len(slots), len(outputs))
         code.line("return err;")

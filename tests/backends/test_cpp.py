@@ -122,6 +122,26 @@ def test_vector_micro_kernel_on_padded_and_strided_convolutions(stride):
     assert "vacc[uu][q]" in compiled.source and "else if (mu == " in compiled.source  # masked edge
 
 
+def test_parameter_only_nodes_are_folded_at_load_time():
+    """A transposed weight and batch-norm's scale from its parameters run once, at load time: the
+    generated code reads the folded tensors instead."""
+    b = GraphBuilder("fold")
+    x, w = b.input("x", [5, 12]), b.param("w", [9, 12])
+    var, gamma = b.param("var", [9]), b.param("gamma", [9])
+    wt = b.transpose(w, perm=[1, 0])
+    scale = b.mul(b.rsqrt(b.add(b.mul(var, var), b.constant(1e-5, DType.f32))), gamma)  # var**2: no NaN
+    b.output(b.relu(b.mul(b.matmul(x, wt), scale)))
+    graph = b.graph
+    program = schedule(graph, CPU)
+    compiled = check_backend(fast_build, graph, CPU)
+    folding = compiled.generated.folding
+    assert {n.op for n in folding.nodes} >= {"transpose", "rsqrt", "mul", "add"}
+    assert "// transpose" not in compiled.source and "tg_rsqrt(" not in compiled.source.split("}  // namespace")[-1]
+    assert len(folding.inputs) == 2  # w transposed, the scale
+    unfolded = cpp.source.generate(program, cpp.Dialect(), fold=False)
+    assert "// transpose" in unfolded.source and not unfolded.folding.inputs
+
+
 @pytest.mark.parametrize("mask", ["causal", "bool", None])
 def test_flash_attention_with_ragged_key_tiles(mask):
     keys = 12 if mask == "causal" else 10
