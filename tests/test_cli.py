@@ -70,6 +70,8 @@ def test_run_with_inputs_file_matches_the_reference(capsys, mlp_file, tmp_path):
     (["run", "{mlp}", "--inputs", "{wrong_name_npz}"], "unknown input(s) y"),
     (["run", "{mlp}", "--inputs", "{not_npz}"], "not a valid .npz archive"),
     (["check", "{broken}"], "broken.tgir:4:8: error: matmul: inner dims differ: f32[4,8] @ f32[4,16]"),
+    (["run", "{mlp}", "-o", "{missing_dir}/y.npz"], "missing/y.npz: No such file or directory"),
+    (["compile", "{mlp}", "--emit", "tgir", "-o", "{mlp}/program.tgir"], "mlp.tgir: File exists"),
 ])
 def test_bad_input_gives_message_and_exit_2(capsys, tmp_path, mlp_file, args, message):
     np.savez(tmp_path / "bad.npz", x=np.zeros((3, 8), np.float32))
@@ -77,7 +79,7 @@ def test_bad_input_gives_message_and_exit_2(capsys, tmp_path, mlp_file, args, me
     (tmp_path / "not.npz").write_text("hello")
     (tmp_path / "broken.tgir").write_text(MLP.replace("param %w: f32[8, 16]", "param %w: f32[4, 16]"))
     paths = {"mlp": mlp_file, "bad_npz": tmp_path / "bad.npz", "wrong_name_npz": tmp_path / "wrong.npz",
-             "not_npz": tmp_path / "not.npz", "broken": tmp_path / "broken.tgir"}
+             "not_npz": tmp_path / "not.npz", "broken": tmp_path / "broken.tgir", "missing_dir": tmp_path / "missing"}
     code, out, err = cli(capsys, *(a.format(**paths) for a in args))
     assert code == 2
     assert message in err

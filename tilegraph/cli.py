@@ -181,15 +181,19 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         code = 130
-    except TilegraphError as e:
+    except Exception as e:
         if debug:
             traceback.print_exc()
-        typer.echo(format_error(e), err=True)
-        code = e.exit_code
-    except Exception as e:  # a bug in tilegraph, not in the user's input
-        if debug:
-            traceback.print_exc()
-        typer.echo(f"internal error: {type(e).__name__}: {e}\n(re-run with --debug for the traceback, "
-                   "and please report it)", err=True)
-        code = 1
+        message, code = describe_failure(e)
+        typer.echo(message, err=True)
     sys.exit(code)
+
+
+def describe_failure(error: Exception) -> tuple[str, int]:
+    """The message and exit status for a failure: 2 for bad input or an unusable file, 1 for a bug."""
+    if isinstance(error, TilegraphError):
+        return format_error(error), error.exit_code
+    if isinstance(error, OSError) and error.filename is not None:  # a file the user named
+        return f"error: {error.filename}: {error.strerror or error}", 2
+    return (f"internal error: {type(error).__name__}: {error}\n(re-run with --debug for the traceback, "
+            "and please report it)"), 1
