@@ -5,7 +5,21 @@ array running one dataflow (`ws` weight-, `os` output- or `is` input-stationary)
 for elementwise and reduction work, an on-chip scratchpad, DRAM reached through `dma_engines`
 DMA engines sharing `dram_bytes_per_cycle` with `dram_latency` cycles per transfer, and whether
 transfers overlap compute (`double_buffer`). Optional per-access energies (pJ) give an energy
-estimate. Presets live as TOML files in `ir/accels/*.toml` and load by name
+estimate.
+
+Two fields configure the memory model like SCALE-Sim's (`backends/sim/scalesim_config.py` builds
+such an accelerator from a SCALE-Sim config; preset `scalesim-calc`):
+
+- `dram_model = "calc"`: SCALE-Sim's CALC interface. The scratchpad is three equal operand SRAMs
+  (ifmap, filter, ofmap), each double-buffered, each operand on its own DRAM port. Before a
+  kernel computes, each operand fills the active half of its SRAM (at most) at
+  `dram_bytes_per_cycle` in whole bursts; later refills are sized to never stall (they take no
+  time). Outputs collect in the ofmap SRAM, whose full halves drain during compute; what is left
+  at the end drains afterwards at one word per array column per cycle. `"dma"` (default): every
+  byte crosses one shared interface at `dram_bytes_per_cycle`.
+- `psum_writeback = true`: in ws and is the reduction (K) runs down the array rows, and each fold
+  of K over the rows writes its partial sums to DRAM (as SCALE-Sim does) instead of accumulating
+  on chip: an array kernel writes its result ceil(K / pe_rows) times. Presets live as TOML files in `ir/accels/*.toml` and load by name
 (`load_accel("edge-npu")`) or by path; TOML tables (`[array]`, `[memory]`, ...) are only for
 reading, every key is one field.
 """
@@ -20,6 +34,7 @@ from .presets import from_flat_toml, preset_names, read_preset
 
 PRESET_DIR = Path(__file__).parent / "accels"
 DATAFLOWS = ("ws", "os", "is")
+DRAM_MODELS = ("dma", "calc")
 
 
 class AccelError(TilegraphError):
@@ -49,11 +64,17 @@ class Accelerator:
     mac_pj: float = 0.0
     vector_op_pj: float = 0.0
     dram_pj_per_byte: float = 0.0
+    # memory model (see the module docstring): "dma" or SCALE-Sim's "calc"; partial sums per K fold
+    dram_model: str = "dma"
+    psum_writeback: bool = False
 
     def __post_init__(self) -> None:
         if self.dataflow not in DATAFLOWS:
             raise AccelError(f"accelerator {self.name}: dataflow must be one of {', '.join(DATAFLOWS)}, "
                              f"got {self.dataflow!r}")
+        if self.dram_model not in DRAM_MODELS:
+            raise AccelError(f"accelerator {self.name}: dram_model must be one of {', '.join(DRAM_MODELS)}, "
+                             f"got {self.dram_model!r}")
         for name in ("pe_rows", "pe_cols", "scratchpad_bytes", "dma_engines", "vector_lanes",
                      "vector_ops_per_cycle", "word_bytes", "dma_burst_bytes"):
             if getattr(self, name) < 1:
@@ -73,6 +94,16 @@ class Accelerator:
         return self.vector_lanes * self.vector_ops_per_cycle
 
     @property
+    def operand_sram_bytes(self) -> int:
+        """With `dram_model = "calc"`: the size of each of the three operand SRAMs."""
+        return self.scratchpad_bytes // 3
+
+    @property
+    def drain_bytes_per_cycle(self) -> float:
+        """With `dram_model = "calc"`: the ofmap port's rate, one word per array column per cycle."""
+        return float(self.pe_cols * self.word_bytes)
+
+    @property
     def dram_gbps(self) -> float:
         return self.dram_bytes_per_cycle * self.clock_ghz
 
@@ -81,7 +112,9 @@ class Accelerator:
         return (f"{self.name}: {self.pe_rows}x{self.pe_cols} {self.dataflow} array, {self.vector_lanes}-lane vector "
                 f"unit, {self.scratchpad_bytes // 1024} KiB scratchpad ({buffering}), DRAM "
                 f"{self.dram_bytes_per_cycle:g} B/cycle + {self.dram_latency} cycles, {self.dma_engines} DMA "
-                f"engine(s), {self.clock_ghz:g} GHz")
+                f"engine(s), {self.clock_ghz:g} GHz"
+                + (", SCALE-Sim CALC interface" if self.dram_model == "calc" else "")
+                + (", partial sums per K fold" if self.psum_writeback else ""))
 
 
 def accel_from_dict(data: dict[str, Any], default_name: str = "accel") -> Accelerator:

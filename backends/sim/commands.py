@@ -21,10 +21,17 @@ are issued per step: compute(g), store(g), then the loads that waited for comput
 The DRAM bytes of the stream are exactly the plan's load and store events (compulsory first
 loads and output stores, plus spills and reloads; weights are planned tensors, `weights=True`),
 plus the tile traffic of tensors too big for the scratchpad, which `prepare` left out of the
-plan to stream them (`streaming`): read by every consumer's tiles, written by its producer's.
+plan to stream them (`streaming`): read by every consumer's tiles, written by its producer's;
+plus, with `psum_writeback`, the partial sums of every fold of K over the array rows but the last
+(ws and is), stored with the kernel's results.
+
+With `dram_model = "calc"` the moves of each kernel are then re-timed by `calc` (SCALE-Sim's
+interface: operand fills before step 0, free refills, the ofmap remainder drained after the last
+step), and each loaded tensor has its own read port, the results one write port.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -33,9 +40,11 @@ from tilegraph.ir.accel import Accelerator
 from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.program import Program
 
-from .array import array_cycles
+from .array import array_cycles, spatio_temporal
+from .calc import calc_moves
+from .moves import Move
 from .streaming import stream_events
-from .workload import KernelWork, kernel_work
+from .workload import ARRAY_OPS, KernelWork, kernel_work, node_gemm
 
 DMA_KINDS = ("load", "store")
 COMPUTE_KINDS = ("array", "vector")
@@ -60,6 +69,8 @@ class Command:
     compulsory: bool = False
     streamed: bool = False  # traffic of a streamed tensor beyond its compulsory bytes
     deps: tuple[int, ...] = ()
+    psum: bool = False  # partial sums written back per fold of K (`psum_writeback`)
+    timed: bool = True  # False: a CALC refill or drain sized never to stall (takes no time)
 
 
 @dataclass(frozen=True)
@@ -80,10 +91,24 @@ def share(total: int, parts: int, index: int) -> int:
 @dataclass
 class _Step:
     kernel: int
-    loads: list  # (tensor, bytes, compulsory, streamed)
-    stores: list
+    loads: list[Move]
+    stores: list[Move]
     array: int
     vector: int
+
+
+def psum_bytes(kernel, accel: Accelerator) -> list[tuple[str, int]]:
+    """(result, bytes) of the partial sums an array kernel writes back beyond its results: with
+    `psum_writeback` in ws and is, (ceil(K / pe_rows) - 1) writes of each GEMM's result."""
+    if not accel.psum_writeback or accel.dataflow == "os":
+        return []
+    out = []
+    for node in kernel.nodes:
+        if node.op in ARRAY_OPS:
+            k_folds = math.ceil(spatio_temporal(node_gemm(node), accel.dataflow)[0] / accel.pe_rows)
+            if k_folds > 1:
+                out.append((node.results[0].name, (k_folds - 1) * node.results[0].type.nbytes))
+    return out
 
 
 def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[KernelWork], list[int], list[int]]:
@@ -96,11 +121,11 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
         raise SimError(f"the memory plan's order does not match the program's kernels (unknown: {missing[:3]})")
     loads, stores = defaultdict(list), defaultdict(list)
     for e in plan.events:
-        (loads if e.kind == "load" else stores)[e.step].append((e.tensor, e.bytes, e.compulsory, False))
+        (loads if e.kind == "load" else stores)[e.step].append(Move(e.tensor, e.bytes, e.compulsory))
     streams = stream_events(program, accel.dma_burst_bytes)
     for t, name in enumerate(plan.order):
         for kind, tensor, size, comp, streamed in streams.get(name, ()):
-            (loads if kind == "load" else stores)[t].append((tensor, size, comp, streamed))
+            (loads if kind == "load" else stores)[t].append(Move(tensor, size, comp, streamed))
     steps, works, arrays, vectors = [], [], [], []
     for t, name in enumerate(plan.order):
         kernel = by_name[name]
@@ -111,18 +136,21 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
         writes = {v.name for v in kernel.outputs}
         n = work.steps
         mine = [_Step(t, [], [], share(a_total, n, s), share(v_total, n, s)) for s in range(n)]
-        for tensor, size, comp, streamed in loads[t]:
-            if tensor in reads:
+        for move in loads[t]:
+            if move.tensor in reads:
                 for s in range(n):
-                    mine[s].loads.append((tensor, share(size, n, s), comp, streamed))
+                    mine[s].loads.append(dataclasses.replace(move, bytes=share(move.bytes, n, s)))
             else:
-                mine[0].loads.append((tensor, size, comp, streamed))
-        for tensor, size, comp, streamed in stores[t]:
-            if tensor in writes:
+                mine[0].loads.append(move)
+        psums = [Move(tensor, size, psum=True) for tensor, size in psum_bytes(kernel, accel)]
+        for move in stores[t] + psums:
+            if move.tensor in writes or move.psum:
                 for s in range(n):
-                    mine[s].stores.append((tensor, share(size, n, s), comp, streamed))
+                    mine[s].stores.append(dataclasses.replace(move, bytes=share(move.bytes, n, s)))
             else:
-                mine[-1].stores.append((tensor, size, comp, streamed))
+                mine[-1].stores.append(move)
+        if accel.dram_model == "calc":
+            calc_moves(mine, accel)
         steps += mine
         works.append(work)
         arrays.append(a_total)
@@ -140,7 +168,7 @@ def prefetch_limits(steps: list[_Step], accel: Accelerator) -> list[int]:
     if not accel.double_buffer:
         return [g - 1 for g in range(len(steps))]
     budget = accel.scratchpad_bytes // 2
-    sizes = [sum(size for _, size, _, _ in step.loads) for step in steps]
+    sizes = [sum(m.bytes for m in step.loads if m.timed) for step in steps]
     limits, k, window = [], -1, 0  # window: load bytes of steps k+1..g
     for g, size in enumerate(sizes):
         window += size
@@ -159,17 +187,17 @@ def lower(program: Program, accel: Accelerator) -> Lowered:
     limits = prefetch_limits(steps, accel)
     stored_at: dict[str, list[int]] = defaultdict(list)  # tensor -> steps that store it, ascending
     for g, step in enumerate(steps):
-        for tensor, size, _, _ in step.stores:
-            if size > 0:
-                stored_at[tensor].append(g)
+        for move in step.stores:
+            if move.bytes > 0 and not move.psum:
+                stored_at[move.tensor].append(g)
     # each load is issued right after the compute it waits for (and after the spill it reloads)
-    issue_after: dict[int, list[tuple[int, tuple]]] = defaultdict(list)
+    issue_after: dict[int, list[tuple[int, Move]]] = defaultdict(list)
     for g, step in enumerate(steps):
-        for item in step.loads:
-            if item[1] <= 0:
+        for move in step.loads:
+            if move.bytes <= 0:
                 continue
-            spill = max((s for s in stored_at.get(item[0], ()) if s < g), default=-1)
-            issue_after[max(limits[g], spill)].append((g, item))
+            spill = max((s for s in stored_at.get(move.tensor, ()) if s < g), default=-1)
+            issue_after[max(limits[g], spill)].append((g, move))
     raw: list[dict] = []  # command fields; a dep is an id, or ("compute", g) for step g's last compute
     final_compute: list[int] = []
     step_loads: dict[int, list[int]] = defaultdict(list)
@@ -181,18 +209,26 @@ def lower(program: Program, accel: Accelerator) -> Lowered:
         raw.append(dict(fields, deps=deps))
         return len(raw) - 1
 
-    def dma_unit() -> str:
+    read_ports: dict[tuple[int, str], str] = {}  # calc: (kernel, tensor) -> its read port
+
+    def dma_unit(kind: str, g: int, tensor: str) -> str:
         nonlocal dma_count
+        if accel.dram_model == "calc":
+            if kind == "store":
+                return "wr"
+            mine = [t for k, t in read_ports if k == steps[g].kernel]
+            return read_ports.setdefault((steps[g].kernel, tensor), f"rd{len(mine)}")
         dma_count += 1
         return f"dma{(dma_count - 1) % accel.dma_engines}"
 
     def emit_loads(after: int) -> None:
-        for g, (tensor, size, comp, streamed) in issue_after.get(after, ()):
+        for g, move in issue_after.get(after, ()):
             deps: list = [("compute", limits[g])] if limits[g] >= 0 else []
-            if tensor in last_store:
-                deps.append(last_store[tensor])
-            step_loads[g].append(emit(deps, kind="load", unit=dma_unit(), kernel=names[steps[g].kernel], step=g,
-                                      bytes=size, tensor=tensor, compulsory=comp, streamed=streamed))
+            if move.tensor in last_store:
+                deps.append(last_store[move.tensor])
+            step_loads[g].append(emit(deps, kind="load", unit=dma_unit("load", g, move.tensor),
+                                      kernel=names[steps[g].kernel], step=g, bytes=move.bytes, tensor=move.tensor,
+                                      compulsory=move.compulsory, streamed=move.streamed, timed=move.timed))
 
     emit_loads(-1)
     for g, step in enumerate(steps):
@@ -207,13 +243,15 @@ def lower(program: Program, accel: Accelerator) -> Lowered:
             last = emit(deps + ([last] if last is not None else []), kind="vector", unit="vector", kernel=kernel,
                         step=g, cycles=step.vector)
         final_compute.append(last)
-        for tensor, size, comp, streamed in step.stores:
-            if size <= 0:
+        for move in step.stores:
+            if move.bytes <= 0:
                 continue
-            cid = emit([last], kind="store", unit=dma_unit(), kernel=kernel, step=g, bytes=size, tensor=tensor,
-                       compulsory=comp, streamed=streamed)
+            cid = emit([last], kind="store", unit=dma_unit("store", g, move.tensor), kernel=kernel, step=g,
+                       bytes=move.bytes, tensor=move.tensor, compulsory=move.compulsory, streamed=move.streamed,
+                       psum=move.psum, timed=move.timed)
             step_stores[g].append(cid)
-            last_store[tensor] = cid
+            if not move.psum:
+                last_store[move.tensor] = cid
         emit_loads(g)
 
     def resolve(dep) -> int:

@@ -9,6 +9,11 @@ then, so several engines hide each other's latency). Every time is a max/plus ex
 durations over a fixed order, so for one command stream more bandwidth or lower latency can never
 make anything later. (Double buffering gives another stream: weaker dependencies, loads issued
 earlier; that it is never slower is checked by the tests, not guaranteed by construction.)
+
+With `dram_model = "calc"` (SCALE-Sim's interface) every DMA unit is a port with its own
+interface: loads at `dram_bytes_per_cycle` in whole bursts (SCALE-Sim fills its SRAMs in sets of
+1% of an SRAM), stores at `drain_bytes_per_cycle`; an untimed command (a refill or drain sized
+never to stall) takes no time and no latency.
 """
 from __future__ import annotations
 
@@ -31,9 +36,16 @@ class Timed:
     bus_end: int = 0
 
 
-def transfer_cycles(size: int, accel: Accelerator) -> int:
-    """Cycles `size` bytes occupy the DRAM interface."""
-    return math.ceil(size / accel.dram_bytes_per_cycle)
+def transfer_cycles(command: Command, accel: Accelerator) -> int:
+    """Cycles the command's bytes occupy its DRAM interface (0 when untimed)."""
+    if not command.timed:
+        return 0
+    if accel.dram_model != "calc":
+        return math.ceil(command.bytes / accel.dram_bytes_per_cycle)
+    if command.kind == "store":
+        return math.ceil(command.bytes / accel.drain_bytes_per_cycle)
+    return math.ceil(math.ceil(command.bytes / accel.dma_burst_bytes) * accel.dma_burst_bytes
+                     / accel.dram_bytes_per_cycle)
 
 
 def run(commands: tuple[Command, ...], accel: Accelerator) -> tuple[Timed, ...]:
@@ -47,7 +59,8 @@ def run(commands: tuple[Command, ...], accel: Accelerator) -> tuple[Timed, ...]:
     prev_unit: list[int] = [-1] * n
     prev_bus: list[int] = [-1] * n
     last_unit: dict[str, int] = {}
-    last_bus = -1
+    last_bus: dict[str, int] = {}
+    ports = accel.dram_model == "calc"  # one interface per DMA unit, else one shared by all
     succs: list[list[int]] = [[] for _ in range(n)]
     pending = [0] * n
     for c in commands:
@@ -57,10 +70,11 @@ def run(commands: tuple[Command, ...], accel: Accelerator) -> tuple[Timed, ...]:
             preds.add(last_unit[c.unit])
         last_unit[c.unit] = c.id
         if c.kind in DMA_KINDS:
-            prev_bus[c.id] = last_bus
-            if last_bus >= 0:
-                preds.add(last_bus)
-            last_bus = c.id
+            bus_name = c.unit if ports else "dram"
+            prev_bus[c.id] = last_bus.get(bus_name, -1)
+            if prev_bus[c.id] >= 0:
+                preds.add(prev_bus[c.id])
+            last_bus[bus_name] = c.id
         pending[c.id] = len(preds)
         for p in preds:
             succs[p].append(c.id)
@@ -77,9 +91,9 @@ def run(commands: tuple[Command, ...], accel: Accelerator) -> tuple[Timed, ...]:
             s = max(s, end[prev_unit[i]])
         if c.kind in DMA_KINDS:
             b0 = max(s, bus[prev_bus[i]][1] if prev_bus[i] >= 0 else 0)
-            b1 = b0 + transfer_cycles(c.bytes, accel)
+            b1 = b0 + transfer_cycles(c, accel)
             bus[i] = (b0, b1)
-            end[i] = b1 + accel.dram_latency
+            end[i] = b1 + (accel.dram_latency if c.timed else 0)
         else:
             end[i] = s + c.cycles
         start[i] = s

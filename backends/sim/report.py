@@ -66,6 +66,7 @@ class SimReport:
     vector_ops: int
     plan_capacity: int
     notes: tuple[str, ...] = ()
+    write_psum: int = 0  # partial sums written back per fold of K (`psum_writeback`)
 
     @property
     def time_s(self) -> float:
@@ -77,7 +78,7 @@ class SimReport:
 
     @property
     def dram_write_bytes(self) -> int:
-        return self.write_compulsory + self.write_spill + self.write_stream
+        return self.write_compulsory + self.write_spill + self.write_stream + self.write_psum
 
     @property
     def stream_bytes(self) -> int:
@@ -112,7 +113,15 @@ class SimReport:
 
     @property
     def memory_bound(self) -> float:
-        return self.dram_bytes / self.accel.dram_bytes_per_cycle
+        """Cycles the DRAM traffic needs at least: all bytes over the shared interface's bandwidth, or
+        with SCALE-Sim's CALC ports (`dram_model = "calc"`) the busiest port's timed transfers."""
+        if self.accel.dram_model != "calc":
+            return self.dram_bytes / self.accel.dram_bytes_per_cycle
+        busy: dict[str, int] = {}
+        for t in self.timeline:
+            if t.command.kind in DMA_KINDS:
+                busy[t.command.unit] = busy.get(t.command.unit, 0) + t.bus_end - t.bus_start
+        return float(max(busy.values(), default=0))
 
     @property
     def energy_pj(self) -> float:
@@ -187,15 +196,16 @@ def build_report(lowered: Lowered, timeline: tuple[Timed, ...], accel: Accelerat
         kernels.append(KernelSim(work.name, work.ops, start, end, busy, exposed, end - start - busy - exposed,
                                  arr, vec, work.macs, work.flops, work.tiles, work.steps, rd, wr))
         start = end
-    sums = {(kind, how): 0 for kind in DMA_KINDS for how in ("compulsory", "plan", "stream")}
+    sums = {(kind, how): 0 for kind in DMA_KINDS for how in ("compulsory", "plan", "stream", "psum")}
     for t in timeline:
         c = t.command
         if c.kind in DMA_KINDS:
-            sums[c.kind, "compulsory" if c.compulsory else "stream" if c.streamed else "plan"] += c.bytes
+            how = "psum" if c.psum else "compulsory" if c.compulsory else "stream" if c.streamed else "plan"
+            sums[c.kind, how] += c.bytes
     return SimReport(accel, cycles, tuple(kernels), timeline, sums["load", "compulsory"], sums["load", "plan"],
                      sums["store", "compulsory"], sums["store", "plan"], sums["load", "stream"],
                      sums["store", "stream"], sum(w.macs for w in lowered.works),
-                     sum(w.vector_ops for w in lowered.works), plan_capacity, notes)
+                     sum(w.vector_ops for w in lowered.works), plan_capacity, notes, sums["store", "psum"])
 
 
 def _bytes(n: float) -> str:
@@ -232,7 +242,8 @@ def format_sim_report(report: SimReport) -> str:
     out.append(f"DRAM: read {_bytes(report.dram_read_bytes)} ({_bytes(report.read_compulsory)} compulsory, "
                f"{_bytes(report.read_reload)} reload, {_bytes(report.read_stream)} streamed), write "
                f"{_bytes(report.dram_write_bytes)} ({_bytes(report.write_compulsory)} compulsory, "
-               f"{_bytes(report.write_spill)} spill, {_bytes(report.write_stream)} streamed)")
+               f"{_bytes(report.write_spill)} spill, {_bytes(report.write_stream)} streamed"
+               + (f", {_bytes(report.write_psum)} partial sums" if report.write_psum else "") + ")")
     if report.energy_pj:
         out.append(f"energy: {report.energy_pj / 1e6:.3f} uJ (MACs, vector ops, DRAM)")
     out.append(f"memory plan capacity: {_bytes(report.plan_capacity)} (scratchpad {_bytes(a.scratchpad_bytes)})")

@@ -16,7 +16,8 @@ from .report import SimReport
 
 def _units(report: SimReport) -> list[str]:
     units = {t.command.unit for t in report.timeline}
-    dmas = sorted((u for u in units if u.startswith("dma")), key=lambda u: int(u[3:]))
+    dmas = sorted((u for u in units if u not in ("array", "vector")),
+                  key=lambda u: (u.rstrip("0123456789"), int(u[len(u.rstrip("0123456789")):] or 0)))
     return [u for u in ("array", "vector") if u in units] + dmas
 
 

@@ -124,9 +124,9 @@ def test_single_gemm_uses_the_fold_model_and_overlaps_dma():
 
 
 def test_prefetch_window():
-    from tilegraph.backends.sim.commands import _Step, prefetch_limits
+    from tilegraph.backends.sim.commands import Move, _Step, prefetch_limits
 
-    steps = [_Step(0, [("t", size, True, False)], [], 1, 0) for size in (10, 10, 10, 10, 300, 10)]
+    steps = [_Step(0, [Move("t", size, True)], [], 1, 0) for size in (10, 10, 10, 10, 300, 10)]
     single = dataclasses.replace(TINY, scratchpad_bytes=400, double_buffer=False)
     assert prefetch_limits(steps, single) == [-1, 0, 1, 2, 3, 4]
     # double-buffered, 200 B of staging: at least two steps back (the tiles' double buffer), further
