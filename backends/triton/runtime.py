@@ -115,9 +115,11 @@ class TritonProgram(CompiledProgram):
         graph = self.program.graph
         if len(inputs) != len(graph.inputs):
             raise TilegraphError(f"expected {len(graph.inputs)} inputs, got {len(inputs)}")
+        torch = _torch()
         device = self._device()
         module = self.module()
         slots = [None] * module.SLOTS
+        slots[module.ARENA_SLOT] = torch.empty(module.ARENA_BYTES, dtype=torch.uint8, device=device)
         for value, tensor in zip(graph.inputs, inputs):
             want = torch_dtype(value.type.dtype)
             if tuple(tensor.shape) != value.type.shape:
@@ -168,7 +170,8 @@ class TritonProgram(CompiledProgram):
         return records
 
     def backend_report(self) -> str:
-        lines = []
+        arena = self.generated.arena
+        lines = [f"  arena {arena.size} B for {len(arena.offsets)} intermediates (offsets from {arena.source})"]
         for position, (kernel, source) in enumerate(zip(self.program.kernels, self.generated.kernels)):
             if source is None:
                 lines.append(f"  {kernel.name}: layout step (torch)")

@@ -217,6 +217,41 @@ def test_random_graphs_match_the_reference(data):
     check(graph, inputs, tiny=True)
 
 
+# ----- intermediates live in one arena ---------------------------------------------------------------------
+CHAIN = """def f(x: f32[16, 32], w: f32[32, 32]) -> f32[16, 32] {
+    a = x @ w
+    b = reshape(a, shape=[32, 16])
+    c = reshape(b * 2.0, shape=[16, 32])
+    d = c @ w
+    return reshape(relu(d @ w), shape=[16, 32])
+}"""
+
+
+def test_intermediates_are_views_into_a_reused_arena():
+    graph = parse(CHAIN)
+    fn = check(graph)
+    arena = fn.generated.arena
+    intermediates = [v for k in fn.program.kernels for v in k.outputs if v not in fn.program.graph.outputs]
+    assert set(arena.offsets) == set(intermediates) and len(intermediates) >= 4
+    assert arena.source == "liveness"
+    assert arena.size < sum(v.type.nbytes for v in intermediates)  # dead tensors' bytes are reused
+    assert f"ARENA_BYTES = {arena.size}" in fn.source and fn.source.count("_view(t[") == len(intermediates)
+    assert "arena " in fn.report()
+
+
+def test_arena_takes_its_offsets_from_the_memory_plan():
+    graph = parse(CHAIN)
+    fn = tilegraph.compile(graph, target="triton",
+                           pipeline="canonicalize,fuse,tile{target=gpu-h100},memplan{capacity=1MiB,time_limit=2}")
+    assert fn.program.memory_plan is not None and fn.generated.arena.source == "memory plan"
+    for value, offset in fn.generated.arena.offsets.items():
+        (stay,) = fn.program.memory_plan.residencies_of(value.name)
+        assert stay.offset == offset
+    inputs = reference.random_inputs(graph)
+    params = {v.name: a for v, a in fn.params.items()}
+    assert_same(fn(*inputs), reference.run(graph, inputs, params=params), [v.type for v in graph.outputs])
+
+
 # ----- compile-only for Hopper: the kernels are real GPU code ---------------------------------------------
 def test_kernels_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
     from tilegraph.backends.triton.hopper import compile_kernels_isolated
