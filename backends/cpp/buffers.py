@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilegraph.ir.graph import Value
-from tilegraph.ir.structured import AffineMap
+from tilegraph.ir.structured import AffineExpr, AffineMap
 
 from tilegraph.ir.types import DType
 
@@ -77,17 +77,26 @@ class GlobalBuffer:
         dtype = self.value.type.dtype
         return f"(({checks}) ? {access} : {init_literal(amap.pad, dtype)})"
 
-    def checks(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str | None:
-        """The C condition that a padded map reads inside the tensor (None: always inside)."""
+    def bounds(self, amap: AffineMap, extents: tuple[int, ...]) -> list[tuple[AffineExpr, int, bool, bool]]:
+        """The axes a padded map can leave: (index expression, axis size, may go below 0, may reach
+        the size); empty when the map never reads outside."""
         if amap.pad is None:
-            return None
-        checks = []
+            return []
+        out = []
         for expr, size in zip(amap.exprs, self.value.type.shape):
             lo, hi = expr.range(extents)
+            if lo < 0 or hi >= size:
+                out.append((expr, size, lo < 0, hi >= size))
+        return out
+
+    def checks(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str | None:
+        """The C condition that a padded map reads inside the tensor (None: always inside)."""
+        checks = []
+        for expr, size, below, above in self.bounds(amap, extents):
             text = affine_text(dict(expr.terms), expr.const, var)
-            if lo < 0:
+            if below:
                 checks.append(f"({text}) >= 0")
-            if hi >= size:
+            if above:
                 checks.append(f"({text}) < {size}")
         return " && ".join(checks) if checks else None
 
@@ -143,6 +152,9 @@ class LocalBuffer:
 
     def element(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str:
         return f"{self.ptr}[{self._index(amap, var)}]"
+
+    def bounds(self, amap: AffineMap, extents: tuple[int, ...]) -> list:
+        return []
 
     def checks(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str | None:
         return None

@@ -14,6 +14,23 @@ from .names import c_type, nbytes
 
 Body = Callable[[Code], None]
 
+# `lanes` vectors from `src`, lanes [lo, hi) of the row loaded and the others zero, never touching
+# memory outside [lo, hi): a padded or partial row of the micro-kernel without a scalar gather.
+LOAD_LANES = r"""inline void tg_load_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi, int64_t lanes) {
+  for (int64_t q = 0; q < lanes; ++q) {
+    const int64_t l = tg_lmax(lo - q * 16, 0), h = tg_lmin(hi - q * 16, 16);
+#if defined(__AVX512F__)
+    const __mmask16 m = h > l ? (__mmask16)(((1u << h) - 1u) & ~((1u << l) - 1u)) : (__mmask16)0;
+    dst[q] = (tg_vf)_mm512_maskz_loadu_ps(m, src + q * 16);
+#else
+    float g[16];
+    for (int64_t i = 0; i < 16; ++i) g[i] = (i >= l && i < h) ? src[q * 16 + i] : 0.0f;
+    std::memcpy(&dst[q], g, sizeof(g));
+#endif
+  }
+}
+"""
+
 
 class Dialect:
     """Host C++17 with OpenMP."""
@@ -29,12 +46,13 @@ class Dialect:
         return ("typedef _Float16 tg_half;\n"
                 "namespace {\n"
                 "typedef float tg_vf __attribute__((vector_size(64)));\n"
+                + LOAD_LANES +
                 "inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"
                 "inline void tg_free(void* p) { std::free(p); }\n"
                 "}  // namespace\n")
 
     def includes(self) -> str:
-        return ""
+        return "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n"
 
     def flag_begin(self, code: Code) -> None:
         """Open the error flag `*err` that layout kernels set (gather index out of range)."""

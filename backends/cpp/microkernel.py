@@ -17,7 +17,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.structured import Acc, AffineMap, Arg, Call, Const
 from tilegraph.ir.types import DType
 
-from .buffers import LocalBuffer, Var, linear, row_major_strides, store
+from .buffers import LocalBuffer, Var, affine_text, linear, row_major_strides, store
 from .code import Code
 from .names import compute_type, init_literal
 from .scalar import scalar_expr
@@ -69,10 +69,8 @@ class RegisterBlocks:
         u = self._pick_u(i, keep[:-1], v)
         outer = [k for k in keep if k not in (u, v)]
         mr = min(self.micro.mr, self._span(ranges, u)) if u is not None else 1
-        nr = min(self.micro.nr, self._span(ranges, v)) if v is not None else 1
-        width = self.dialect.vector_width
-        if width and nr > width:
-            nr -= nr % width  # whole vectors in the register block; the rest goes to the edge path
+        vector = self._vectorizable(i, v)
+        nr = self._pick_nr(ranges, v, mr, vector)
         loops = [(f"i{k}", *ranges[k], 1) for k in outer]
         loops += [(f"b{k}", *ranges[k], step) for k, step in ((u, mr), (v, nr)) if k is not None]
         depth = self._loops(code, loops)
@@ -113,7 +111,6 @@ class RegisterBlocks:
                         final = store(value, f"acc{r}[uu][vv]") if i not in self.carried else f"acc{r}[uu][vv]"
                         code.line(f"{lvalues[r]} = {final};")
 
-        vector = self._vectorizable(i, u, v, nr)
         if mr == 1 and nr == 1:
             block("1", "1")
         else:
@@ -131,16 +128,59 @@ class RegisterBlocks:
             code.depth -= 1
             code.line("}")
 
-    def _vectorizable(self, i: int, u: int | None, v: int | None, nr: int) -> bool:
-        """Whether the register block can use explicit vectors: an f32 sum-of-products body whose
-        operands along `v` are contiguous and need no padding checks."""
+    def _pick_nr(self, ranges: dict[int, tuple[str, str]], v: int | None, mr: int, vector: bool) -> int:
+        """The register block's width along `v`. Scalar blocks: NR capped by the range. Vector
+        blocks: whole vectors, wider when MR is capped below its size (so that MR x NR/W
+        accumulators still hide the FMA latency), split evenly over the range so the masked edge
+        block wastes as few lanes as it can."""
+        if v is None:
+            return 1
+        span = self._span(ranges, v)
+        width = self.dialect.vector_width
+        if not vector:
+            nr = min(self.micro.nr, span)
+            return nr - nr % width if width and nr > width else nr
+        cap = max(width, self.micro.nr * max(1, self.micro.mr // mr) // width * width)
+        blocks = -(-span // cap)
+        per_block = -(-span // blocks)
+        return -(-per_block // width) * width
+
+    def _vectorizable(self, i: int, v: int | None) -> bool:
+        """Whether the register block can use explicit vectors: an f32 sum-of-products body with
+        one result."""
         width = self.dialect.vector_width
         node, space = self.domain.nodes[i], self.domain.spaces[i]
-        if not width or v is None or nr % width or len(node.results) != 1:
+        if not width or v is None or len(node.results) != 1:
             return False
         if node.results[0].type.dtype is not DType.f32 or any(x.type.dtype is not DType.f32 for x in node.inputs):
             return False
         return _sum_of_products(space.body[0])
+
+    def _lane_span(self, buf, cmap: AffineMap, var: Var, v: int, limit: str) -> tuple[str] | None:
+        """C statements setting `lane_lo`, `lane_hi`: the lanes of a row along `v` (from `b{v}`,
+        below `limit`) whose reads are inside the tensor. None when a padded axis does not move
+        by one element per lane (the row is gathered instead)."""
+        los, his, inside = [], [limit], []
+        at_start = lambda k: f"b{k}" if k == v else var(k)  # noqa: E731
+        for expr, size, below, above in buf.bounds(cmap, self.extents):
+            step = dict(expr.terms).get(v, 0)
+            text = affine_text(dict(expr.terms), expr.const, at_start)
+            if step == 0:
+                inside += [f"({text}) >= 0"] * below + [f"({text}) < {size}"] * above
+            elif step == 1:
+                los += [f"-({text})"] * below
+                his += [f"{size} - ({text})"] * above
+            else:
+                return None
+        lo = "0"
+        for text in los:
+            lo = f"tg_lmax({lo}, {text})"
+        hi = his[0]
+        for text in his[1:]:
+            hi = f"tg_lmin({hi}, {text})"
+        if inside:
+            hi = f"({' && '.join(inside)}) ? {hi} : 0"
+        return (f"const int64_t lane_lo = {lo}; const int64_t lane_hi = {hi};",)
 
     def _contiguous(self, value: Value, cmap: AffineMap, v: int) -> bool:
         """Whether `value` read through `cmap` is contiguous along loop v (unit stride)."""
@@ -192,14 +232,15 @@ class RegisterBlocks:
                 gather = (f"{{ float g[{nr}]; for (int64_t vv = 0; vv < {nr}; ++vv) "
                           f"g[vv] = {element}; std::memcpy(a{n}, g, sizeof(g)); }}")
                 checks = buf.checks(cmap, var, self.extents)
-                if masked or not self._contiguous(operand, cmap, v):  # gather a row
-                    load = f"{vtype} a{n}[{lanes}]; {gather}"
-                elif checks is None:
+                span = self._lane_span(buf, cmap, var, v, "nv" if masked else str(nr))
+                if not self._contiguous(operand, cmap, v) or (span is None and (masked or checks)):
+                    load = f"{vtype} a{n}[{lanes}]; {gather}"  # gather a row
+                elif not masked and checks is None:
                     load = f"{vtype} a{n}[{lanes}]; {direct}"
-                else:  # padded: the checks are affine in vv, so both ends inside means all inside
-                    ends = [buf.checks(cmap, lambda k, c=c: f"(b{k} + {c})" if k == v else var(k), self.extents)
-                            for c in (0, nr - 1)]
-                    load = f"{vtype} a{n}[{lanes}]; if (({ends[0]}) && ({ends[1]})) {direct} else {gather}"
+                else:  # padded or partial: the lanes inside, as masked vector loads
+                    start = buf.lvalue(cmap, lambda k: f"b{k}" if k == v else var(k))
+                    load = (f"{vtype} a{n}[{lanes}]; {{ {span[0]} "
+                            f"tg_load_lanes(a{n}, &{start}, lane_lo, lane_hi, {lanes}); }}")
                 names.append(f"a{n}[q]")
                 (per_row if u in used else per_lane).append(load)
             else:

@@ -105,6 +105,7 @@ template <class A> inline auto tg_erf(A a) {
 template <class A> inline A tg_rsqrt(A a) { return (A)1 / TG_MATH::sqrt(a); }
 template <class A> inline A tg_sigmoid(A a) { return (A)1 / (tg_exp(-a) + (A)1); }
 inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t tg_lmax(int64_t a, int64_t b) { return a > b ? a : b; }
 inline float tg_bf16(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, 4);

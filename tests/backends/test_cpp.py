@@ -122,6 +122,40 @@ def test_vector_micro_kernel_on_padded_and_strided_convolutions(stride):
     assert "vacc[uu][q]" in compiled.source and "else if (mu == " in compiled.source  # masked edge
 
 
+NATIVE_FLAGS = "-O1 -march=native -fopenmp"  # the AVX-512 masked loads where the host has them
+
+
+@pytest.mark.parametrize("flags", [FAST_FLAGS, NATIVE_FLAGS])
+@pytest.mark.parametrize("shape,weight,attrs", [
+    ((1, 3, 9, 70), (8, 3, 3, 3), dict(padding=1)),
+    ((2, 5, 11, 23), (7, 5, 3, 3), dict(padding=2, dilation=2)),
+    ((1, 6, 13, 37), (9, 2, 3, 5), dict(padding=(1, 2), groups=3)),
+    ((1, 4, 10, 19), (6, 4, 4, 4), dict(padding=3, stride=(1, 1))),
+    ((1, 4, 17, 33), (5, 4, 3, 3), dict(padding=1, stride=2)),
+])
+def test_convolutions_with_padding_dilation_groups_and_tails(flags, shape, weight, attrs):
+    """Padded rows load only their lanes inside the image (masked loads), partial rows at the edge
+    too; odd widths leave tails in every register block."""
+    b = GraphBuilder("conv")
+    x, w, bias = b.input("x", list(shape)), b.param("w", list(weight)), b.param("b", [weight[0], 1, 1])
+    b.output(b.relu(b.add(b.conv2d(x, w, **attrs), bias)))
+    compiled = check_backend(cpp.build, b.graph, CPU, cxxflags=flags)
+    if attrs.get("stride", 1) == 1:
+        assert "tg_load_lanes(" in compiled.source.split("}  // namespace")[-1]
+
+
+@pytest.mark.parametrize("flags", [FAST_FLAGS, NATIVE_FLAGS])
+@pytest.mark.parametrize("m,k,n", [(1, 784, 512), (1, 37, 10), (3, 129, 77), (1, 5, 300)])
+def test_linear_layers_and_matrix_vector_products(flags, m, k, n):
+    """x @ w.T + b as torch's Linear gives it (the transposed weight is folded): one row (M = 1)
+    takes a wide register block, odd widths a masked edge."""
+    b = GraphBuilder("linear")
+    x, w, bias = b.input("x", [m, k]), b.param("w", [n, k]), b.param("b", [n])
+    b.output(b.add(b.matmul(x, b.transpose(w, perm=[1, 0])), bias))
+    compiled = check_backend(cpp.build, b.graph, CPU, cxxflags=flags)
+    assert "vacc[uu][q]" in compiled.source and compiled.generated.folding.inputs
+
+
 def test_parameter_only_nodes_are_folded_at_load_time():
     """A transposed weight and batch-norm's scale from its parameters run once, at load time: the
     generated code reads the folded tensors instead."""
