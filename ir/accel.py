@@ -15,13 +15,15 @@ such an accelerator from a SCALE-Sim config; preset `scalesim-calc`):
   kernel computes, each operand fills the active half of its SRAM (at most) at
   `dram_bytes_per_cycle` in whole bursts; later refills are sized to never stall (they take no
   time). Outputs collect in the ofmap SRAM, whose full halves drain during compute; what is left
-  at the end drains afterwards at one word per array column per cycle. `"dma"` (default): every
+  at the end drains afterwards at one word per array column per cycle. An array operand bigger
+  than the active half is re-read as SCALE-Sim's fold order sweeps it. `"dma"` (default): every
   byte crosses one shared interface at `dram_bytes_per_cycle`.
 - `psum_writeback = true`: in ws and is the reduction (K) runs down the array rows, and each fold
   of K over the rows writes its partial sums to DRAM (as SCALE-Sim does) instead of accumulating
-  on chip: an array kernel writes its result ceil(K / pe_rows) times. Presets live as TOML files in `ir/accels/*.toml` and load by name
-(`load_accel("edge-npu")`) or by path; TOML tables (`[array]`, `[memory]`, ...) are only for
-reading, every key is one field.
+  on chip: an array kernel writes its result ceil(K / pe_rows) times.
+
+Presets live as TOML files in `ir/accels/*.toml` and load by name (`load_accel("edge-npu")`) or
+by path; TOML tables (`[array]`, `[memory]`, ...) are only for reading, every key is one field.
 """
 from __future__ import annotations
 
@@ -128,7 +130,8 @@ def accel_presets() -> list[str]:
 
 
 def load_accel(name_or_path: str | Path | Accelerator) -> Accelerator:
-    """A preset by name (`edge-npu`, `tpu-like`, `scalesim-default`), a TOML file by path, or as is."""
+    """A preset by name (`edge-npu`, `tpu-like`, `scalesim-default`, `scalesim-calc`), a TOML file by path,
+    or as is."""
     if isinstance(name_or_path, Accelerator):
         return name_or_path
     data, name = read_preset(name_or_path, PRESET_DIR, AccelError, "accelerator")

@@ -5,11 +5,14 @@
     print(format_sim_report(report))
     write_trace(report, "out.json"); plot_timeline(report, "out.png")
 
-Modules: `array` (GEMM folds on the PE array per dataflow, SCALE-Sim's count), `workload` (what a
-kernel asks of the array and vector unit), `streaming` (tensors too big for the scratchpad, moved
-by tiles), `commands` (lowering to tile-level commands),
-`engine` (event-driven timing), `report` (SimReport and its table), `trace` (Perfetto trace,
-plot), `api` (simulate, prepare, simulate_graph), `compiled` (`tilegraph.compile(target="sim")`).
+Modules: `array` (GEMM folds on the PE array per dataflow, SCALE-Sim's count, and its operand
+re-reads), `workload` (what a kernel asks of the array and vector unit), `streaming` (tensors too
+big for the scratchpad, moved by tiles), `moves` and `commands` (lowering to tile-level commands),
+`calc` (SCALE-Sim's CALC memory interface, `dram_model = "calc"`), `engine` (event-driven
+timing), `report` (SimReport and its table), `trace` (Perfetto trace, plot), `api` (simulate,
+prepare, simulate_graph), `compiled` (`tilegraph.compile(target="sim")`), `scalesim_config`
+(SCALE-Sim configs and layers, `accel_like_scalesim`) and `scalesim` (running the real SCALE-Sim
+in its own virtual environment).
 """
 from .api import accel_target, prepare, simulate, simulate_graph
 from .array import Gemm, array_cycles

@@ -75,3 +75,27 @@ def mapping_efficiency(gemm: Gemm, rows: int, cols: int, dataflow: str) -> float
     if s_r * s_c == 0:
         return 0.0
     return s_r * s_c / (folds(gemm, rows, cols, dataflow) * rows * cols)
+
+
+def operand_reads(gemm: Gemm, rows: int, cols: int, dataflow: str, ifmap_bytes: int, filter_bytes: int,
+                  capacity: int) -> tuple[int, int]:
+    """DRAM bytes of (ifmap, filter) when each streams through a buffer of `capacity` bytes in
+    SCALE-Sim's fold order: column folds outer, row folds inner.
+
+    The operand indexed by the inner folds alone (os and ws: the ifmap; is: the filter) is swept
+    whole once per column fold, so it is re-read per column fold when it exceeds the buffer; the
+    os filter's column slice is reused across the row folds unless the slice exceeds it; an operand
+    indexed by both (ws filter, is ifmap) is read once. Per repeat of the GEMM.
+    """
+    r_folds = math.ceil(spatio_temporal(gemm, dataflow)[0] / rows)
+    c_folds = math.ceil(spatio_temporal(gemm, dataflow)[1] / cols)
+    a, b = ifmap_bytes // gemm.repeats, filter_bytes // gemm.repeats
+    if dataflow == "os":
+        a_reads, b_reads = a * (c_folds if a > capacity else 1), b * (r_folds if b / c_folds > capacity else 1)
+    elif dataflow == "ws":
+        a_reads, b_reads = a * (c_folds if a > capacity else 1), b
+    elif dataflow == "is":
+        a_reads, b_reads = a, b * (c_folds if b > capacity else 1)
+    else:
+        raise ValueError(f"unknown dataflow {dataflow!r} (ws, os, is)")
+    return a_reads * gemm.repeats, b_reads * gemm.repeats

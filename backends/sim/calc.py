@@ -4,11 +4,16 @@ In CALC bandwidth mode SCALE-Sim gives every operand SRAM the DRAM bandwidth it 
 stall the array, and only two transfers show in its cycle count: (1) before compute, each read
 operand (ifmap, filter) fills the active half of its SRAM, or less when the operand is smaller,
 on its own port; (2) after compute, the ofmap SRAM drains what is left in it: writes collect in
-its active half and every full half drains while the array runs. Here, per kernel: the first
+its active half and every full half drains while the array runs (halves of exactly half the
+SRAM: its write buffer has no sets). Here, per kernel: the first
 min(bytes, half an operand SRAM) of each loaded tensor become timed loads of step 0, the rest of
 its loads stay where they were, untimed; of the kernel's stores (results, partial sums, spills),
 the last `remainder` bytes, 1 to half an operand SRAM, become timed stores after the last step,
 the others stay where they were, untimed. Every byte still counts as DRAM traffic.
+
+The operand SRAM's active half, in whole bursts (SCALE-Sim's sets), is also what the array's
+operands stream through: an operand bigger than it is re-read in SCALE-Sim's fold order
+(`array.operand_reads`), which `operand_moves` adds to the kernel's loads.
 """
 from __future__ import annotations
 
@@ -16,13 +21,52 @@ import dataclasses
 from typing import Protocol
 
 from tilegraph.ir.accel import Accelerator
+from tilegraph.ir.program import Kernel
 
+from .array import operand_reads
 from .moves import Move
+from .workload import ARRAY_OPS, node_gemm
 
 
 class _Step(Protocol):
     loads: list[Move]
     stores: list[Move]
+
+
+def active_bytes(accel: Accelerator) -> int:
+    """The active half of one operand SRAM, in whole bursts: the most one fill moves, the most an
+    operand can keep on chip between passes."""
+    half = accel.operand_sram_bytes // 2
+    return max(accel.dma_burst_bytes, half - half % accel.dma_burst_bytes)
+
+
+def operand_moves(kernel: Kernel, moves: list[Move], accel: Accelerator, streamed: frozenset[str]) -> list[Move]:
+    """The kernel's loads with every array operand read as often as SCALE-Sim's fold order needs.
+
+    An operand the plan keeps (resident or loaded here) is read once more per extra pass; a
+    streamed operand's tile traffic is replaced by its passes beyond the compulsory bytes.
+    Re-reads count as streamed traffic (not compulsory, not the plan's).
+    """
+    inputs = {v.name: v for v in kernel.inputs}
+    passes: dict[str, int] = {}
+    for node in kernel.nodes:
+        if node.op not in ARRAY_OPS:
+            continue
+        a, b = node.inputs[0], node.inputs[1]
+        reads = operand_reads(node_gemm(node), accel.pe_rows, accel.pe_cols, accel.dataflow, a.type.nbytes,
+                              b.type.nbytes, active_bytes(accel))
+        for value, size in zip((a, b), reads):
+            if value.name in inputs:
+                passes[value.name] = passes.get(value.name, 0) + size
+    if not passes:
+        return moves
+    kept = [m for m in moves if not (m.tensor in passes and m.tensor in streamed and not m.compulsory)]
+    for tensor, size in passes.items():
+        first = sum(m.bytes for m in kept if m.tensor == tensor and m.compulsory) if tensor in streamed \
+            else inputs[tensor].type.nbytes
+        if size > first:
+            kept.append(Move(tensor, size - first, streamed=True))
+    return kept
 
 
 def drain_remainder(written: int, half: int) -> int:
@@ -41,21 +85,25 @@ def _merged(moves: list[Move]) -> list[Move]:
 
 def calc_moves(steps: list[_Step], accel: Accelerator) -> None:
     """Re-time one kernel's steps (in place) as SCALE-Sim's CALC interface does (module docstring)."""
-    half = max(1, accel.operand_sram_bytes // 2)
     fill_left: dict[str, int] = {}
     fills: list[Move] = []
-    for step in steps:
-        rest = []
-        for move in step.loads:
-            take = min(fill_left.setdefault(move.tensor, half), move.bytes)
-            fill_left[move.tensor] -= take
-            if take:
-                fills.append(dataclasses.replace(move, bytes=take, timed=True))
-            if move.bytes > take:
-                rest.append(dataclasses.replace(move, bytes=move.bytes - take, timed=False))
-        step.loads = rest
+    for first_pass in (True, False):  # compulsory bytes fill first, then re-reads
+        for step in steps:
+            rest = []
+            for move in step.loads:
+                if move.compulsory != first_pass:
+                    rest.append(move)
+                    continue
+                take = min(fill_left.setdefault(move.tensor, active_bytes(accel)), move.bytes)
+                fill_left[move.tensor] -= take
+                if take:
+                    fills.append(dataclasses.replace(move, bytes=take, timed=True))
+                if move.bytes > take:
+                    rest.append(dataclasses.replace(move, bytes=move.bytes - take, timed=False))
+            step.loads = rest
     steps[0].loads = _merged(fills) + steps[0].loads
-    left = drain_remainder(sum(m.bytes for step in steps for m in step.stores), half)
+    written = sum(m.bytes for step in steps for m in step.stores)
+    left = drain_remainder(written, max(1, accel.operand_sram_bytes // 2))
     drained: list[Move] = []
     for step in reversed(steps):
         rest = []

@@ -25,9 +25,10 @@ plan to stream them (`streaming`): read by every consumer's tiles, written by it
 plus, with `psum_writeback`, the partial sums of every fold of K over the array rows but the last
 (ws and is), stored with the kernel's results.
 
-With `dram_model = "calc"` the moves of each kernel are then re-timed by `calc` (SCALE-Sim's
-interface: operand fills before step 0, free refills, the ofmap remainder drained after the last
-step), and each loaded tensor has its own read port, the results one write port.
+With `dram_model = "calc"`, array operands are read as often as SCALE-Sim's fold order through
+its operand SRAMs needs (`calc.operand_moves`), the moves of each kernel are re-timed by
+`calc.calc_moves` (operand fills before step 0, free refills, the ofmap remainder drained after
+the last step), and each loaded tensor has its own read port, the results one write port.
 """
 from __future__ import annotations
 
@@ -41,9 +42,9 @@ from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.program import Program
 
 from .array import array_cycles, spatio_temporal
-from .calc import calc_moves
+from .calc import calc_moves, operand_moves
 from .moves import Move
-from .streaming import stream_events
+from .streaming import stream_events, streamed_tensors
 from .workload import ARRAY_OPS, KernelWork, kernel_work, node_gemm
 
 DMA_KINDS = ("load", "store")
@@ -126,6 +127,7 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
     for t, name in enumerate(plan.order):
         for kind, tensor, size, comp, streamed in streams.get(name, ()):
             (loads if kind == "load" else stores)[t].append(Move(tensor, size, comp, streamed))
+    streamed = streamed_tensors(program)
     steps, works, arrays, vectors = [], [], [], []
     for t, name in enumerate(plan.order):
         kernel = by_name[name]
@@ -136,7 +138,7 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
         writes = {v.name for v in kernel.outputs}
         n = work.steps
         mine = [_Step(t, [], [], share(a_total, n, s), share(v_total, n, s)) for s in range(n)]
-        for move in loads[t]:
+        for move in (operand_moves(kernel, loads[t], accel, streamed) if accel.dram_model == "calc" else loads[t]):
             if move.tensor in reads:
                 for s in range(n):
                     mine[s].loads.append(dataclasses.replace(move, bytes=share(move.bytes, n, s)))
