@@ -29,7 +29,7 @@ class MicroKernel:
 
     mr: int = 8
     nr: int = 32
-    min_parallel_flops: int = 200_000
+    min_parallel_flops: int = 2_000_000
 
 
 def _sum_of_products(expr) -> bool:

@@ -12,6 +12,7 @@ import numpy as np
 from tilegraph.compiler import CompiledProgram
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.program import Program
+from tilegraph.ir.types import DType
 
 from .fold import evaluate_folding
 from .source import Generated
@@ -37,6 +38,16 @@ class NativeProgram(CompiledProgram):
         self._arena = np.empty(max(generated.arena.size, 1) + 64, dtype=np.uint8)
         self._lock = threading.Lock()
         self._run = None
+        # per call only the input and output pointers change: the pointer arrays are built once
+        n_in = len(graph.inputs)
+        self._in_ptrs = (ctypes.c_void_p * max(n_in + len(self._params), 1))(
+            *([None] * n_in + [a.ctypes.data for a in self._params]))
+        self._out_ptrs = (ctypes.c_void_p * max(len(generated.outputs), 1))()
+        self._out_specs = [(v.type.shape, v.type.dtype.numpy) for v in generated.outputs]
+        self._in_specs = [(v.type.shape, np.dtype(v.type.dtype.numpy)) for v in graph.inputs]
+        self._fast_inputs = all(v.type.dtype is not DType.bf16 for v in graph.inputs)
+        self._direct = self._plain_outputs(program, generated)
+        self._arena_ptr = self._arena_pointer()
         if library is not None:
             # Idle OpenMP threads sleep instead of spinning (unless the user chose): spinning
             # threads steal the cores of the caller's other work between kernels. Read by libgomp
@@ -57,19 +68,39 @@ class NativeProgram(CompiledProgram):
         address = self._arena.ctypes.data
         return address + (-address % 64)
 
+    @staticmethod
+    def _plain_outputs(program: Program, generated: Generated) -> bool:
+        """Whether the graph outputs are exactly the written outputs, each once, in order."""
+        return list(program.graph.outputs) == list(generated.outputs)
+
+    def __call__(self, *inputs) -> list[np.ndarray]:
+        """Arrays already of the graph's shapes and dtypes (C order) go straight to `execute`; the
+        others through the checks and conversions of `CompiledProgram.__call__`."""
+        specs = self._in_specs
+        if (self._fast_inputs and len(inputs) == len(specs)
+                and all(type(a) is np.ndarray and a.dtype == dtype and a.shape == shape and a.flags.c_contiguous
+                        for a, (shape, dtype) in zip(inputs, specs))):
+            return self.execute(inputs)
+        return super().__call__(*inputs)
+
     def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._run is None:
             raise TilegraphError(f"{self.backend} backend: {self.build_info.get('reason', 'the code was not built')}")
         graph = self.program.graph
         ins = [np.asarray(a, dtype=v.type.dtype.numpy, order="C") for a, v in zip(inputs, graph.inputs)]
-        ins += self._params
-        outs = [np.empty(v.type.shape, dtype=v.type.dtype.numpy) for v in self.generated.outputs]
-        in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
-        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[a.ctypes.data for a in outs])
+        outs = [np.empty(shape, dtype=dtype) for shape, dtype in self._out_specs]
         with self._lock:
-            status = self._run(in_ptrs, out_ptrs, self._arena_pointer())
+            in_ptrs, out_ptrs = self._in_ptrs, self._out_ptrs
+            for n, a in enumerate(ins):
+                in_ptrs[n] = a.ctypes.data
+            for n, a in enumerate(outs):
+                out_ptrs[n] = a.ctypes.data
+            status = self._run(in_ptrs, out_ptrs, self._arena_ptr)
         if status:
             raise IndexError("gather: index out of range")
+        if self._direct:
+            return outs
+        ins += self._params
         written = dict(zip(self.generated.outputs, outs))
         given = dict(zip(list(graph.inputs) + list(graph.params), ins))
         results, used = [], set()

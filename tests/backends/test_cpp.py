@@ -20,7 +20,7 @@ from tilegraph.backends.cpp.arena import first_fit, lifetimes, plan_arena
 from tilegraph.backends.cpp.build import BuildError, build_library, compile_flags
 from tilegraph.backends.cpp.names import mangle
 from tilegraph.frontends.dsl import parse, parse_file
-from tilegraph.ir import DType, GraphBuilder, TilegraphError
+from tilegraph.ir import DType, GraphBuilder, InputError, TilegraphError
 from tilegraph.ir.target import load_target
 from tilegraph.passes import PassManager
 from tilegraph.passes.fusion import kernel_domain_of
@@ -154,6 +154,26 @@ def test_linear_layers_and_matrix_vector_products(flags, m, k, n):
     b.output(b.add(b.matmul(x, b.transpose(w, perm=[1, 0])), bias))
     compiled = check_backend(cpp.build, b.graph, CPU, cxxflags=flags)
     assert "vacc[uu][q]" in compiled.source and compiled.generated.folding.inputs
+
+
+def test_calls_with_converted_strided_or_wrong_inputs():
+    """Exact arrays take the direct path; others are converted (or rejected) as the reference does,
+    and outputs that repeat a value or return an input are separate arrays."""
+    b = GraphBuilder("calls")
+    x, w = b.input("x", [6, 5]), b.param("w", [5, 4])
+    y = b.matmul(x, w)
+    b.output(y, y, x)
+    program = schedule(b.graph, CPU)
+    params = bound_params(b.graph, program)
+    compiled = fast_build(program, params)
+    (a,) = reference.random_inputs(b.graph)
+    want = expected(b.graph, program, params, [a])
+    for given in (a, np.asfortranarray(a), a.astype(np.float64), a.tolist()):
+        got = compiled(given)
+        assert_close(got, want, [v.type for v in b.graph.outputs])
+        assert got[0] is not got[1] and got[2] is not given
+    with pytest.raises(InputError):
+        compiled(a[:, :4])
 
 
 def test_parameter_only_nodes_are_folded_at_load_time():
