@@ -1,7 +1,9 @@
 """Compiling generated source: compiler and flags, an on-disk cache, readable build errors.
 
 The compiler is `$CXX` (default `g++`), the flags `$CXXFLAGS` (default `-O3 -march=native
--fopenmp`) plus what a shared library needs. Libraries are cached under the user's cache
+-fopenmp -fno-trapping-math`) plus what a shared library needs. `-fno-trapping-math` changes no
+value (the code never reads floating-point exception flags); it lets GCC if-convert the selects in
+the prelude's exp/erf/tanh, without which loops calling them stay scalar. Libraries are cached under the user's cache
 directory (`$XDG_CACHE_HOME/tilegraph` or `~/.cache/tilegraph`, created private), keyed by a hash
 of compiler, flags and source; a build writes to a temporary name and renames, so concurrent
 builds of the same source are safe.
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from tilegraph.ir import TilegraphError
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp")
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-trapping-math")
 REQUIRED_FLAGS = ("-std=c++17", "-shared", "-fPIC")
 
 
