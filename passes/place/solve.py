@@ -1,7 +1,9 @@
 """The placement driver: bounds, the heuristic portfolio, then improvement within a time limit.
 
 method="auto": lower bounds (path + LP); every heuristic (HEFT, CPOP, PEFT, m-ETF, m-TOPO, LP
-rounding, and our list-scheduling portfolio); then, from the best of them, local search over
+rounding, and our list-scheduling portfolio); the randomized portfolio (grasp.py: seeded samples
+of priority and device-choice weights, half the time left on large graphs); then, from the best
+of them, local search over
 assignments (local.py) and -- for problems of up to `exact_max_tasks` tasks -- the exact CP-SAT
 model warm-started from the best schedule so far. The answer is never worse than the best
 heuristic. Other methods: "cpsat" (heuristics, then CP-SAT for the rest of the time), "local"
@@ -25,6 +27,7 @@ from tilegraph.ir.placement import MemoryInfeasibleError, PlacementError
 from .bounds import fastest_path_bound, path_bound
 from .checker import check_schedule
 from .cpsat import solve_cpsat
+from .grasp import randomized_portfolio
 from .heuristics import assigned, cpop, heft, memory_binds, metf, mtopo, peft, portfolio_variants, variant
 from .listsched import Stuck, list_schedule
 from .lns import windowed_lns
@@ -40,6 +43,11 @@ METHODS = ("auto", "cpsat", "local", "lns", "heft", "cpop", "peft", "metf", "mto
 # work, not the clock, ends the search on this machine).
 DECODE_A = 2.0e-6
 DTIME_PER_SECOND = 0.12
+# A randomized-portfolio sample costs about GRASP_COST decodes, growing with the graph (longer
+# timelines to search) and doubling when memory binds (the trackers' scans); measured on the
+# reference machine under load. At most GRASP_MAX_SAMPLES samples on tiny graphs.
+GRASP_COST = 2.0
+GRASP_MAX_SAMPLES = 4000
 
 Progress = Callable[[str, int, int, float], None]
 
@@ -75,6 +83,11 @@ class Outcome:
 
 def decode_seconds(pb: PlacementProblem) -> float:
     return DECODE_A * (pb.n + len(pb.tensors) + 1) * pb.m
+
+
+def sample_seconds(pb: PlacementProblem, binds: bool) -> float:
+    """Estimated seconds of one randomized-portfolio sample (sizes the deterministic sample count)."""
+    return GRASP_COST * decode_seconds(pb) * (1 + pb.n / 1000) * (2 if binds else 1)
 
 
 def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress: Progress | None = None) -> Outcome:
@@ -145,8 +158,24 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
     optimal = False
     cp_bound = 0
     wall_guard = False
+    exact_size = pb.n <= options.exact_max_tasks
+    if options.method == "auto" and left() > 0 and not (best is not None and best.makespan <= lower):
+        # the randomized portfolio: half the time left on large graphs, a tenth when CP-SAT follows
+        share = left() * (0.1 if exact_size else 0.5)
+        t = time.monotonic()
+        samples = max(8, min(GRASP_MAX_SAMPLES, int(share / sample_seconds(pb, binds))))
+        guard = share * 2 if options.deterministic else share
+        sampled = randomized_portfolio(pb, samples, seed=options.seed, lower_bound=lower,
+                                       stop=lambda: time.monotonic() - t > guard)
+        seconds["grasp"] = time.monotonic() - t
+        wall_guard |= seconds["grasp"] > guard
+        if sampled is not None:
+            check_schedule(pb, sampled)
+            report("grasp", sampled)
+            if best is None or sampled.makespan < best.makespan:
+                best = sampled
     if options.method in ("auto", "local") and best is not None and left() > 0:
-        share = left() * (0.25 if options.method == "auto" and pb.n <= options.exact_max_tasks else 1.0)
+        share = left() * (0.25 if options.method == "auto" and exact_size else 1.0)
         t = time.monotonic()
         evals = max(1, int(share / decode_seconds(pb))) if options.deterministic else None
         improved = improve(pb, best, share, seed=options.seed, progress=progress, max_evals=evals,

@@ -136,6 +136,18 @@ def test_lower_bound_never_exceeds_a_proven_optimum(seed):
     assert lower_bounds(pb).best <= res.schedule.makespan
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_memory_aware_lower_bound_never_exceeds_a_proven_optimum(seed):
+    pb = tiny_problem(seed, 5, 3, memory=(1.0, 0.6)[seed % 2], unsupported=0.2)
+    try:
+        pb.check_memory_feasible()
+    except MemoryInfeasibleError:
+        return
+    res = solve_cpsat(pb, time_limit=10.0, workers=1)
+    if res.optimal:
+        assert lower_bounds(pb).best <= res.schedule.makespan
+
+
 def test_unsupported_kinds_are_never_assigned():
     pb = tiny_problem(7, 8, 3, unsupported=0.7)
     for method in METHODS:
