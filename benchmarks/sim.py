@@ -48,6 +48,8 @@ LAYERS = (
     ConvLayer("lenet_conv1", 32, 32, 5, 5, 1, 6, 1),
     ConvLayer("lenet_conv2", 14, 14, 5, 5, 6, 16, 1),
     ConvLayer("alexnet_conv5_small", 15, 15, 3, 3, 48, 32, 1),
+    ConvLayer("resnet_conv3x3_c64_34x34", 34, 34, 3, 3, 64, 64, 1),  # 73,984-word ifmap: re-read
+    ConvLayer("resnet_conv1x1_c128_320", 16, 16, 1, 1, 128, 320, 1),
     ConvLayer.gemm("gemm_mlp_up_128x256x512", 128, 256, 512),
     ConvLayer.gemm("gemm_qkv_64x128x384", 64, 128, 384),
     ConvLayer.gemm("gemm_small_20x10x7", 20, 10, 7),
@@ -230,7 +232,10 @@ def main() -> None:
         "(5) Re-reads: an operand larger than its SRAM's active half is fetched again each time SCALE-Sim's "
         "fold order (column folds outer, row folds inner) sweeps it: the ifmap once per column fold in os "
         "and ws, the filter once per column fold in is; ours adds those re-reads (`array.operand_reads`) "
-        "instead of its tile-level streaming. Remaining differences (the largest are listed under the table): "
+        "instead of its tile-level streaming; for a conv, a ws sweep reads the whole im2col matrix (a K fold "
+        "revisits an input word only after a whole window position's channels have streamed) and an os sweep "
+        "reads the ifmap plus the window halo two row folds share each time the double buffer swaps halves "
+        "within the sweep. Remaining differences (the largest are listed under the table): "
         "a few cycles of latency and rounding; SCALE-Sim's ofmap drain trigger (its write buffer drains when "
         "slightly more than half is full, so its final remainder differs from ours); and its set-window read "
         "buffer, which drops residency whenever its window jumps and so, in os, re-reads somewhat more than "

@@ -78,22 +78,27 @@ def mapping_efficiency(gemm: Gemm, rows: int, cols: int, dataflow: str) -> float
 
 
 def operand_reads(gemm: Gemm, rows: int, cols: int, dataflow: str, ifmap_bytes: int, filter_bytes: int,
-                  capacity: int) -> tuple[int, int]:
+                  capacity: int, word_bytes: int = 4, halo_bytes: int = 0) -> tuple[int, int]:
     """DRAM bytes of (ifmap, filter) when each streams through a buffer of `capacity` bytes in
     SCALE-Sim's fold order: column folds outer, row folds inner.
 
     The operand indexed by the inner folds alone (os and ws: the ifmap; is: the filter) is swept
-    whole once per column fold, so it is re-read per column fold when it exceeds the buffer; the
-    os filter's column slice is reused across the row folds unless the slice exceeds it; an operand
-    indexed by both (ws filter, is ifmap) is read once. Per repeat of the GEMM.
+    whole once per column fold, so it is re-read per column fold when it exceeds the buffer. An os
+    sweep reads the ifmap's words once, plus `halo_bytes` (what a row fold's conv windows share
+    with the previous fold's) each time the double buffer swaps halves within the sweep, as the
+    swap leaves the halo behind; a ws sweep reads the whole im2col matrix, M x K words, because a K fold of a conv
+    revisits an input word only after a whole window position's channels (about the ifmap) have
+    streamed. The os filter's column slice is reused across the row folds unless the slice exceeds
+    the buffer; an operand indexed by both (ws filter, is ifmap) is read once. Per GEMM repeat.
     """
     r_folds = math.ceil(spatio_temporal(gemm, dataflow)[0] / rows)
     c_folds = math.ceil(spatio_temporal(gemm, dataflow)[1] / cols)
     a, b = ifmap_bytes // gemm.repeats, filter_bytes // gemm.repeats
     if dataflow == "os":
-        a_reads, b_reads = a * (c_folds if a > capacity else 1), b * (r_folds if b / c_folds > capacity else 1)
+        sweep = a + (math.ceil(a / capacity) - 1) * (halo_bytes // gemm.repeats)
+        a_reads, b_reads = (c_folds * sweep if a > capacity else a), b * (r_folds if b / c_folds > capacity else 1)
     elif dataflow == "ws":
-        a_reads, b_reads = a * (c_folds if a > capacity else 1), b
+        a_reads, b_reads = (c_folds * max(a, gemm.m * gemm.k * word_bytes) if a > capacity else a), b
     elif dataflow == "is":
         a_reads, b_reads = a, b * (c_folds if b > capacity else 1)
     else:

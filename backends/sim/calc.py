@@ -21,6 +21,7 @@ import dataclasses
 from typing import Protocol
 
 from tilegraph.ir.accel import Accelerator
+from tilegraph.ir.graph import Node
 from tilegraph.ir.program import Kernel
 
 from .array import operand_reads
@@ -40,6 +41,24 @@ def active_bytes(accel: Accelerator) -> int:
     return max(accel.dma_burst_bytes, half - half % accel.dma_burst_bytes)
 
 
+def conv_fold_halo(node: Node, rows: int) -> int:
+    """Input elements (all groups) a conv's first os row fold (`rows` output pixels, raster order)
+    shares with the second: the window halo re-read when a buffer swap falls between them."""
+    if node.op != "conv2d":
+        return 0
+    n, c, h, w = node.inputs[0].type.shape
+    kh, kw = node.inputs[1].type.shape[2:]
+    oh, ow = node.results[0].type.shape[2:]
+    (sh, sw), (ph, pw), (dh, dw) = node.attrs["stride"], node.attrs["padding"], node.attrs["dilation"]
+
+    def footprint(first: int) -> set[tuple[int, int, int]]:
+        pixels = range(first, min(first + rows, n * oh * ow))
+        return {(p // (oh * ow), ih, iw) for p in pixels for i in range(kh) for j in range(kw)
+                for ih, iw in [((p // ow) % oh * sh - ph + i * dh, p % ow * sw - pw + j * dw)]
+                if 0 <= ih < h and 0 <= iw < w}
+    return len(footprint(0) & footprint(rows)) * c
+
+
 def operand_moves(kernel: Kernel, moves: list[Move], accel: Accelerator, streamed: frozenset[str]) -> list[Move]:
     """The kernel's loads with every array operand read as often as SCALE-Sim's fold order needs.
 
@@ -53,8 +72,10 @@ def operand_moves(kernel: Kernel, moves: list[Move], accel: Accelerator, streame
         if node.op not in ARRAY_OPS:
             continue
         a, b = node.inputs[0], node.inputs[1]
+        word = a.type.nbytes // max(1, a.type.numel)
+        halo = conv_fold_halo(node, accel.pe_rows) * word if accel.dataflow == "os" else 0
         reads = operand_reads(node_gemm(node), accel.pe_rows, accel.pe_cols, accel.dataflow, a.type.nbytes,
-                              b.type.nbytes, active_bytes(accel))
+                              b.type.nbytes, active_bytes(accel), word, halo)
         for value, size in zip((a, b), reads):
             if value.name in inputs:
                 passes[value.name] = passes.get(value.name, 0) + size

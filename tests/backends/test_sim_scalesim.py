@@ -13,7 +13,7 @@ import pytest
 
 from tilegraph.backends.sim import Gemm, array_cycles, prepare, simulate
 from tilegraph.backends.sim.array import operand_reads
-from tilegraph.backends.sim.calc import active_bytes, drain_remainder
+from tilegraph.backends.sim.calc import active_bytes, conv_fold_halo, drain_remainder
 from tilegraph.backends.sim.scalesim import ScaleSimUnavailable, run_scalesim, scalesim_python
 from tilegraph.backends.sim.scalesim_config import ConvLayer, ScaleSimConfig, accel_like_scalesim, topology_text
 from tilegraph.ir.accel import AccelError, load_accel
@@ -27,6 +27,7 @@ LAYERS = (
     ConvLayer.gemm("gemm_ifmap_rereads", 64, 48, 40),  # 3,072-word ifmap > the 2,040-word active half
     ConvLayer.gemm("gemm_filter_rereads", 40, 96, 64),  # 6,144-word filter > the active half
     ConvLayer("conv3x3_s2", 9, 9, 3, 3, 4, 6, 2),
+    ConvLayer("conv3x3_c32_rereads", 12, 12, 3, 3, 32, 16),  # 4,608-word ifmap: im2col and halo re-reads
 )
 DATAFLOWS = ("os", "ws", "is")
 
@@ -71,8 +72,26 @@ def test_operand_reads_follow_the_fold_order():
     assert operand_reads(g, 8, 8, "os", a, b, capacity=a - 1) == (5 * a, b)
     # os: a filter column slice (48 x 8) bigger than the buffer is re-read per row fold (64 / 8)
     assert operand_reads(g, 8, 8, "os", a, b, capacity=48 * 8 - 1) == (5 * a, 8 * b)
-    assert operand_reads(g, 8, 8, "ws", a, b, capacity=100) == (5 * a, b)  # filter blocks read once
+    assert operand_reads(g, 8, 8, "ws", a, b, capacity=100, word_bytes=1) == (5 * a, b)  # filter blocks once
     assert operand_reads(g, 8, 8, "is", a, b, capacity=100) == (a, 8 * b)  # M / 8 column folds
+    # a conv's ifmap is smaller than its im2col matrix: a ws sweep reads the im2col matrix (M x K
+    # words), an os sweep the ifmap plus the halo once per buffer swap (ceil(a / capacity) - 1)
+    conv = Gemm(64, 12, 72)  # 10x10x8 input, 3x3 filters, 12 of them
+    a, b = 10 * 10 * 8, 72 * 12
+    assert operand_reads(conv, 8, 8, "ws", a, b, capacity=500, word_bytes=1) == (2 * 64 * 72, b)
+    assert operand_reads(conv, 8, 8, "os", a, b, capacity=500, word_bytes=1, halo_bytes=160) == (2 * (a + 160), b)
+    assert operand_reads(conv, 8, 8, "os", a, b, capacity=300, word_bytes=1, halo_bytes=160) == (
+        2 * (a + 2 * 160), 8 * b)  # two buffer swaps per sweep; a 432-word filter slice re-read per row fold
+
+
+def test_conv_fold_halo():
+    # output row 0 reads input rows 0-2, output row 1 rows 1-3: rows 1-2 x 10 columns x 8 channels
+    (node,) = LAYERS[1].graph().nodes
+    assert conv_fold_halo(node, 8) == 2 * 10 * 8
+    (stride2,) = LAYERS[4].graph().nodes  # 9x9 input, stride 2: 4x4 output, folds of 8 = 2 rows
+    assert conv_fold_halo(stride2, 8) == 1 * 9 * 4  # input row 4 is shared
+    (gemm,) = LAYERS[0].graph().nodes
+    assert conv_fold_halo(gemm, 8) == 0
 
 
 def test_drain_remainder():
