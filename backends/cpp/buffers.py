@@ -167,4 +167,31 @@ class LocalBuffer:
         return f"{ctype}* __restrict__ {self.ptr} = reinterpret_cast<{ctype}*>(scratch + {self.offset});"
 
 
-Buffer = GlobalBuffer | LocalBuffer
+@dataclass
+class ConstantBuffer:
+    """The result of a `constant` node computed at load time: every read is its literal, so the
+    compiler sees the value (pow(x, 3) becomes x * x * x, scales fold into the arithmetic)."""
+
+    value: Value
+    literal: str
+
+    def element(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str:
+        return self.literal
+
+    def bounds(self, amap: AffineMap, extents: tuple[int, ...]) -> list:
+        return []
+
+    def checks(self, amap: AffineMap, var: Var, extents: tuple[int, ...]) -> str | None:
+        return None
+
+    @staticmethod
+    def of(value: Value) -> ConstantBuffer | None:
+        """The buffer for `value` when a `constant` node of a dtype C computes exactly makes it."""
+        node = value.producer
+        dtype = value.type.dtype
+        if node is None or node.op != "constant" or dtype in (DType.bf16, DType.f16):
+            return None
+        return ConstantBuffer(value, init_literal(node.attrs["value"], dtype))
+
+
+Buffer = GlobalBuffer | LocalBuffer | ConstantBuffer

@@ -23,7 +23,7 @@ from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineMap
 from tilegraph.ir.types import DType
 
-from .buffers import Buffer, GlobalBuffer, LocalBuffer, Var, linear, row_major_strides, store
+from .buffers import Buffer, ConstantBuffer, GlobalBuffer, LocalBuffer, Var, linear, row_major_strides, store
 from .code import Code
 from .dialect import Dialect
 from .microkernel import MicroKernel, RegisterBlocks
@@ -53,6 +53,10 @@ class KernelEmitter(RegisterBlocks):
         self.outputs = set(kernel.outputs)
         self.global_ptrs = dict(params)
         self.buffers: dict[Value, Buffer] = {v: GlobalBuffer(v, p) for v, p in params.items()}
+        for v in params:  # folded constants are read as literals
+            constant = ConstantBuffer.of(v) if v.producer in folded else None
+            if constant is not None:
+                self.buffers[v] = constant
         self.locals: list[LocalBuffer] = []
         self.carried = {i for i in range(len(domain.nodes))
                         if domain.reduces(i) & set(self.reduction) and i not in self.skipped}

@@ -17,7 +17,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.structured import Acc, AffineMap, Arg, Call, Const
 from tilegraph.ir.types import DType
 
-from .buffers import LocalBuffer, Var, affine_text, linear, row_major_strides, store
+from .buffers import ConstantBuffer, LocalBuffer, Var, affine_text, linear, row_major_strides, store
 from .code import Code
 from .names import compute_type, init_literal
 from .scalar import scalar_expr
@@ -221,8 +221,8 @@ class RegisterBlocks:
         names, per_row, per_lane = [], [], []
         for n, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
             cmap = self.domain.compose_map(i, amap)
-            used = {d for e in cmap.exprs for d, _ in e.terms}
             buf = self.buffers[operand]
+            used = set() if isinstance(buf, ConstantBuffer) else {d for e in cmap.exprs for d, _ in e.terms}
             if v in used:
                 direct = (f"for (int64_t q = 0; q < {lanes}; ++q) "
                           f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));")
@@ -281,8 +281,9 @@ class RegisterBlocks:
         names, per_row, per_element = [], [], []
         for n, (value, amap) in enumerate(zip(node.inputs, space.inputs)):
             cmap = self.domain.compose_map(i, amap)
-            used = {d for e in cmap.exprs for d, _ in e.terms}
-            text = self.buffers[value].element(cmap, var, self.extents)
+            buf = self.buffers[value]
+            used = set() if isinstance(buf, ConstantBuffer) else {d for e in cmap.exprs for d, _ in e.terms}
+            text = buf.element(cmap, var, self.extents)
             ctype = compute_type(value.type.dtype, node.op)
             along_u, along_v = u in used, v in used
             if not along_u and not along_v:

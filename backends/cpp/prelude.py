@@ -37,8 +37,14 @@ template <class A, class B> inline auto tg_pow(A a, B b) {
     for (int64_t e = (int64_t)b; e > 0; --e) r *= base;
     return r;
   } else {
+    // small integral exponents as products: with a literal exponent the test folds away and the
+    // loop vectorises (a pow call would keep it scalar)
     using T = decltype(a + b);
-    return (T)TG_MATH::pow((T)a, (T)b);
+    const T x = (T)a, y = (T)b;
+    if (y == (T)2) return x * x;
+    if (y == (T)3) return x * x * x;
+    if (y == (T)1) return x;
+    return (T)TG_MATH::pow(x, y);
   }
 }
 template <class A> inline A tg_abs(A a) {

@@ -156,6 +156,19 @@ def test_linear_layers_and_matrix_vector_products(flags, m, k, n):
     assert "vacc[uu][q]" in compiled.source and compiled.generated.folding.inputs
 
 
+def test_folded_constants_are_literals_in_elementwise_code_and_micro_kernels():
+    """pow(x, 3) with a literal exponent (the prelude turns it into products), and a constant
+    matrix as a matmul operand, read as a broadcast literal in the vector register block."""
+    b = GraphBuilder("consts")
+    x = b.input("x", [5, 24])
+    cube = b.pow(x, b.constant(3.0, DType.f32))
+    half = b.constant(0.5, DType.f32, shape=[24, 37])
+    b.output(b.add(b.matmul(cube, half), b.mul(b.constant(2.0, DType.f32), b.constant(1.5, DType.f32))))
+    compiled = check_backend(cpp.build, b.graph, CPU)
+    code = compiled.source.split("}  // namespace")[-1]
+    assert "((float)3.0)" in code and "((float)0.5)" in code and "vacc[uu][q]" in code
+
+
 def test_calls_with_converted_strided_or_wrong_inputs():
     """Exact arrays take the direct path; others are converted (or rejected) as the reference does,
     and outputs that repeat a value or return an input are separate arrays."""
