@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from tilegraph.ir.accel import Accelerator
 from tilegraph.ir.errors import TilegraphError
-from tilegraph.ir.program import Program
+from tilegraph.ir.program import Kernel, Program
 
 from .array import array_cycles, spatio_temporal
 from .calc import calc_moves, operand_moves
@@ -98,7 +98,7 @@ class _Step:
     vector: int
 
 
-def psum_bytes(kernel, accel: Accelerator) -> list[tuple[str, int]]:
+def psum_bytes(kernel: Kernel, accel: Accelerator) -> list[tuple[str, int]]:
     """(result, bytes) of the partial sums an array kernel writes back beyond its results: with
     `psum_writeback` in ws and is, (ceil(K / pe_rows) - 1) writes of each GEMM's result."""
     if not accel.psum_writeback or accel.dataflow == "os":

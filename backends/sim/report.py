@@ -238,7 +238,9 @@ def format_sim_report(report: SimReport) -> str:
     out.append(f"total: {report.cycles:,} cycles = {report.time_s * 1e6:.2f} us at {a.clock_ghz:g} GHz; "
                f"PE utilisation {report.utilisation:.1%}")
     out.append(f"bounds: compute {report.compute_bound:,.0f} cycles (MACs/PEs), memory "
-               f"{report.memory_bound:,.0f} cycles (bytes/bandwidth); array (stall-free) {report.array_cycles:,}")
+               f"{report.memory_bound:,.0f} cycles ("
+               + ("busiest port's timed transfers" if a.dram_model == "calc" else "bytes/bandwidth")
+               + f"); array (stall-free) {report.array_cycles:,}")
     out.append(f"DRAM: read {_bytes(report.dram_read_bytes)} ({_bytes(report.read_compulsory)} compulsory, "
                f"{_bytes(report.read_reload)} reload, {_bytes(report.read_stream)} streamed), write "
                f"{_bytes(report.dram_write_bytes)} ({_bytes(report.write_compulsory)} compulsory, "
