@@ -18,6 +18,10 @@ from .code import Code
 from .emit import KernelEmitter, store
 
 
+LANES = 16  # partial sums of the softmax denominator (one f32 vector)
+UNROLL = 4  # key/value rows folded into the output row per pass
+
+
 class AttentionEmitter(KernelEmitter):
     """A kernel of kind "attention" (see `passes/fusion/attention.py` for its loop kinds)."""
 
@@ -111,8 +115,14 @@ class AttentionEmitter(KernelEmitter):
             self.barrier(code)
         score = self.buffers[match.score].element(domain.compose_map(mx, domain.spaces[mx].inputs[0]), var,
                                                   self.extents)
-        value = self.buffers[match.pv.inputs[1]].element(domain.compose_map(pv, domain.spaces[pv].inputs[1]), var,
-                                                         self.extents)
+        value_map = domain.compose_map(pv, domain.spaces[pv].inputs[1])
+        value_buf = self.buffers[match.pv.inputs[1]]
+
+        def value(step: int) -> str:
+            """The value element `step` key/value rows further on."""
+            at = (lambda k: f"(i{k} + {step})" if k == kv else f"i{k}") if step else var  # noqa: E731
+            return value_buf.element(value_map, at, self.extents)
+
         lo, hi = self._lo(kv), self._hi(kv)
         depth = self._open(code, self.rows)
         code.line(f"const int64_t r = {self._row_index()};")
@@ -120,18 +130,31 @@ class AttentionEmitter(KernelEmitter):
         code.line(f"for (int64_t i{kv} = {lo}; i{kv} < {hi}; ++i{kv}) mx = tg_max(mx, (float){score});")
         code.line("const float shift = (mx == -INFINITY) ? 0.0f : mx;")
         code.line("const float scale = tg_exp(m_[r] - shift);")
+        # the exponentials in a loop of their own (it vectorises), summed in LANES partial sums
+        code.line(f"for (int64_t i{kv} = {lo}; i{kv} < {hi}; ++i{kv}) p_[i{kv} - {lo}] = tg_exp((float){score} - shift);")
+        code.line(f"const int64_t n_ = {hi} - {lo};")
+        code.line(f"float part[{LANES}] = {{}};")
+        code.line("int64_t j_ = 0;")
+        code.line(f"for (; j_ + {LANES} <= n_; j_ += {LANES}) for (int64_t q = 0; q < {LANES}; ++q) part[q] += p_[j_ + q];")
+        code.line("for (; j_ < n_; ++j_) part[0] += p_[j_];")
         code.line("float total = 0.0f;")
-        with code.block(f"for (int64_t i{kv} = {lo}; i{kv} < {hi}; ++i{kv})"):
-            code.line(f"const float p = tg_exp((float){score} - shift);")
-            code.line(f"p_[i{kv} - {lo}] = p;")
-            code.line("total += p;")
+        code.line(f"for (int64_t q = 0; q < {LANES}; ++q) total += part[q];")
         code.line("l_[r] = l_[r] * scale + total;")
         code.line(f"float* __restrict__ o = o_ + r * {width};")
         code.line(f"for (int64_t e = 0; e < {width}; ++e) o[e] *= scale;")
-        with code.block(f"for (int64_t i{kv} = {lo}; i{kv} < {hi}; ++i{kv})"):
+        # o += p @ v, UNROLL key/value rows per pass over the row of o: a quarter of its loads/stores
+        code.line(f"int64_t i{kv} = {lo};")
+        with code.block(f"for (; i{kv} + {UNROLL} <= {hi}; i{kv} += {UNROLL})"):
+            for step in range(UNROLL):
+                code.line(f"const float w{step} = p_[i{kv} - {lo} + {step}];")
+            inner = self._open(code, self.e_loops, shared=False)
+            terms = " + ".join(f"w{step} * (float){value(step)}" for step in range(UNROLL))
+            code.line(f"o[{self._e_index()}] += {terms};")
+            self._close(code, inner)
+        with code.block(f"for (; i{kv} < {hi}; ++i{kv})"):
             code.line(f"const float p = p_[i{kv} - {lo}];")
             inner = self._open(code, self.e_loops, shared=False)
-            code.line(f"o[{self._e_index()}] += p * (float){value};")
+            code.line(f"o[{self._e_index()}] += p * (float){value(0)};")
             self._close(code, inner)
         code.line("m_[r] = mx;")
         self._close(code, depth)

@@ -229,6 +229,24 @@ def test_flash_attention_with_ragged_key_tiles(mask):
     assert_close(compiled(*inputs), reference.run(b.graph, inputs), [b.graph.outputs[0].type])
 
 
+def test_flash_attention_with_long_key_tiles_and_tails():
+    """Key tiles of 19 then 18: the softmax sum takes one 16-lane chunk plus a tail, p @ v four rows
+    per pass plus a tail."""
+    b = GraphBuilder("att")
+    q, k, v = b.input("q", [1, 9, 8]), b.input("k", [1, 37, 8]), b.input("v", [1, 37, 20])
+    b.output(b.attention(q, k, v))
+    program = PassManager("canonicalize,fuse").run(b.graph)
+    (kernel,) = program.kernels
+    sizes = {9: 4, 37: 19}
+    tiles = tuple((loop.name, sizes.get(loop.extent, 1) if loop.kind != "full" else loop.extent)
+                  for loop in kernel_domain_of(kernel).loops)
+    program = program.with_kernels([replace(kernel, tiles=tiles)])
+    inputs = reference.random_inputs(b.graph)
+    compiled = fast_build(program, {})
+    assert "part[q]" in compiled.source and "w3 * " in compiled.source
+    assert_close(compiled(*inputs), reference.run(b.graph, inputs), [b.graph.outputs[0].type])
+
+
 # ----- torch models ----------------------------------------------------------------------------------
 torch = pytest.importorskip("torch", reason="the torch-model tests need torch")
 
