@@ -112,8 +112,6 @@ def solve_lp(pb: PlacementProblem, time_limit: float = 10.0, max_rounds: int = 3
         if held and sum(c for c, _ in held) > free[p]:
             md.add(held, -md.inf, free[p])
     _add_head_body_tail(pb, md, x, C, levels=8 if pb.n <= 400 else 5)
-    if pb.n <= 400:  # on larger graphs GLOP needs too long with these rows
-        _add_memory_area(pb, md, x, loc, C, free)
     if links is None:
         links = pb.n <= 400
     if links:
@@ -190,80 +188,6 @@ def _add_head_body_tail(pb: PlacementProblem, md: _Model, x, C, levels: int) -> 
                 if groups[a][b] and hs[a] + ts[b] > 0:
                     md.add([(pb.duration[i][p], x[i][p]) for i in groups[a][b]]
                            + [(float(hs[a] + ts[b]), y[a][b]), (-1.0, C)], -md.inf, 0)
-
-
-def copy_lifetimes(pb: PlacementProblem, k: int) -> tuple[dict[int, int], dict[int, int]]:
-    """Least lifetime of tensor k's copies: (origin device -> ticks, reading device -> ticks).
-
-    The copy where k is made lives from its producer's start past the producer's end until each
-    reader is served: a reader on the same device finishes (its duration), one elsewhere receives
-    a transfer (the quickest from there). A copy moved to q lives from its transfer's start to
-    its reader's end there: the quickest transfer into q plus the quickest reader on q. Graph
-    inputs and parameters get no origin entry (they are resident throughout, counted apart)."""
-    m = pb.m
-    t = pb.tensors[k]
-    row = pb.xfer[k]
-    origin: dict[int, int] = {}
-    if t.producer >= 0:
-        i = t.producer
-        for p in pb.capable[i]:
-            extra = 0
-            for j in t.consumers:
-                need = [row[p * m + q] for q in pb.capable[j] if q != p]
-                if pb.duration[j][p] is not None:
-                    need.append(pb.duration[j][p])
-                extra = max(extra, min(need))
-            origin[p] = pb.duration[i][p] + extra
-        sources = list(pb.capable[i])
-    elif t.movable:
-        sources = list(range(m))
-    else:
-        sources = [pb.home]
-    moved: dict[int, int] = {}
-    for q in range(m):
-        readers = [pb.duration[j][q] for j in t.consumers if pb.duration[j][q] is not None]
-        others = [p for p in sources if p != q]
-        if readers and others:
-            moved[q] = min(row[p * m + q] for p in others) + min(readers)
-    return origin, moved
-
-
-def _add_memory_area(pb: PlacementProblem, md: _Model, x, loc, C, free: list[int]) -> None:
-    """Memory-time on each device whose memory binds: the bytes resident on p, integrated over
-    [0, C], are at most free[p] * C, and each copy of a tensor on p contributes its size times its
-    least lifetime there (`copy_lifetimes`) -- the origin copy when the producer runs on p, a moved
-    copy when some reader runs on p and the tensor is not made there (w[k, p] >= x[j, p] - x[i, p])."""
-    total = sum(t.size for t in pb.tensors)
-    binding = [p for p in range(pb.m) if 0 < free[p] < total]
-    if not binding:
-        return
-    area: dict[int, list] = {p: [] for p in binding}
-    for k, t in enumerate(pb.tensors):
-        if not t.size or (t.producer < 0 and not t.consumers):
-            continue
-        origin_life, moved_life = copy_lifetimes(pb, k)
-        if t.producer >= 0:
-            own = x[t.producer]
-        elif t.movable:
-            own = loc.get(k, {})
-        else:
-            own = None
-        for p in binding:
-            if t.producer >= 0 and p in own and p in origin_life:
-                area[p].append((t.size * origin_life[p] / free[p], own[p]))
-            if p not in moved_life:
-                continue
-            readers = [x[j][p] for j in t.consumers if p in x[j]]
-            if not readers or (own is None and p == pb.home):
-                continue
-            w = md.var(0, 1)
-            local = own.get(p) if own is not None else None
-            for r in readers:
-                md.add([(1.0, w), (-1.0, r)] + ([(1.0, local)] if local is not None else []), 0, md.inf)
-            area[p].append((t.size * moved_life[p] / free[p], w))
-    for p, terms in area.items():
-        if terms:
-            md.add(terms + [(-1.0, C)], -md.inf, 0)
 
 
 def _add_link_constraints(pb: PlacementProblem, md: _Model, x, loc, C) -> None:

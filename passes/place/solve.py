@@ -43,10 +43,12 @@ METHODS = ("auto", "cpsat", "local", "lns", "heft", "cpop", "peft", "metf", "mto
 # work, not the clock, ends the search on this machine).
 DECODE_A = 2.0e-6
 DTIME_PER_SECOND = 0.12
-# A randomized-portfolio sample costs about GRASP_COST decodes, growing with the graph (longer
-# timelines to search) and doubling when memory binds (the trackers' scans); measured on the
-# reference machine under load. At most GRASP_MAX_SAMPLES samples on tiny graphs.
-GRASP_COST = 2.0
+# Decodes and samples get dearer per task on larger graphs (longer timelines to search) and about
+# twice as dear when memory binds (the trackers' scans): `scaled_cost`. A local-search decode
+# places each task on one device, a randomized-portfolio sample tries all of them: GRASP_COST
+# decodes. Measured on the reference machine (about 2x slower when it is shared). At most
+# GRASP_MAX_SAMPLES samples on tiny graphs.
+GRASP_COST = 1.2
 GRASP_MAX_SAMPLES = 4000
 
 Progress = Callable[[str, int, int, float], None]
@@ -83,6 +85,11 @@ class Outcome:
 
 def decode_seconds(pb: PlacementProblem) -> float:
     return DECODE_A * (pb.n + len(pb.tensors) + 1) * pb.m
+
+
+def scaled_cost(pb: PlacementProblem, binds: bool) -> float:
+    """Estimated seconds of one local-search decode, with the size and memory factors above."""
+    return decode_seconds(pb) * (0.5 + pb.n / 1000) * (2 if binds else 1)
 
 
 def sample_seconds(pb: PlacementProblem, binds: bool) -> float:
@@ -160,11 +167,12 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
     wall_guard = False
     exact_size = pb.n <= options.exact_max_tasks
     if options.method == "auto" and left() > 0 and not (best is not None and best.makespan <= lower):
-        # the randomized portfolio: half the time left on large graphs, a tenth when CP-SAT follows
-        share = left() * (0.1 if exact_size else 0.5)
+        # the randomized portfolio: 45% of the limit on large graphs, 8% when CP-SAT follows; the
+        # sample count comes from the limit, not the clock, so that it is the same on every run
+        share = limit * (0.08 if exact_size else 0.45)
         t = time.monotonic()
         samples = max(8, min(GRASP_MAX_SAMPLES, int(share / sample_seconds(pb, binds))))
-        guard = share * 2 if options.deterministic else share
+        guard = min(share * 2, left()) if options.deterministic else min(share, left())
         sampled = randomized_portfolio(pb, samples, seed=options.seed, lower_bound=lower,
                                        stop=lambda: time.monotonic() - t > guard)
         seconds["grasp"] = time.monotonic() - t
@@ -176,8 +184,12 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
                 best = sampled
     if options.method in ("auto", "local") and best is not None and left() > 0:
         share = left() * (0.25 if options.method == "auto" and exact_size else 1.0)
+        # the work budget, like the sample count, from the limit: 20% with CP-SAT after it, 45% after
+        # the randomized portfolio, 85% alone
+        budget = limit * (0.2 if options.method == "auto" and exact_size else 0.45 if options.method == "auto"
+                          else 0.85)
         t = time.monotonic()
-        evals = max(1, int(share / decode_seconds(pb))) if options.deterministic else None
+        evals = max(1, int(budget / scaled_cost(pb, binds))) if options.deterministic else None
         improved = improve(pb, best, share, seed=options.seed, progress=progress, max_evals=evals,
                            lower_bound=lower)
         seconds["local"] = time.monotonic() - t
