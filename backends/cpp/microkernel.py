@@ -5,9 +5,10 @@ with unit stride in the output) elements, the reduction loops inside, so the MR 
 results stay in registers for the whole reduction and every load is reused along the loops it
 does not depend on: for a matmul, a row of B (NR wide) serves all MR rows, an element of A is
 broadcast across NR columns. Where the dialect has vectors (C++: GCC vector extensions) and the
-body is a sum of products in f32, the block is written with explicit vectors; edges along `v`
-use masked vector rows, other edges a scalar block. MR and NR come from `MicroKernel`, capped by
-the tile sizes the tiling pass chose.
+body is a sum of products in f32, the block is written with explicit vectors; padded rows and
+edges along `v` load only their lanes inside the tensor (masked loads), other edges run a scalar
+block. MR and NR come from `MicroKernel`, capped by the tile sizes the tiling pass chose; NR
+widens when the tile caps MR, so the block keeps enough accumulators to hide the FMA latency.
 """
 from __future__ import annotations
 
