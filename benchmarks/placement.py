@@ -1,5 +1,5 @@
-"""Device placement: ours (auto: heuristics, local search, CP-SAT) against HEFT and the other
-baselines, with the lower bound and the gap, on every system preset.
+"""Device placement: ours (auto: heuristics, randomized portfolio, local search, CP-SAT) against
+HEFT and the other baselines, with the lower bound and the gap, on every system preset.
 
     python benchmarks/placement.py                 # everything, about 20 minutes on 2 cores
     python benchmarks/placement.py --quick         # sizes 50 and 100 only, short limits
@@ -39,7 +39,8 @@ LIMITS = {50: 10, 100: 15, 300: 30, 1000: 45, 2000: 60}
 FULL_LIMITS = {50: 60, 100: 60, 300: 60, 1000: 120, 2000: 120}
 BASELINES = ("cpop", "peft", "metf", "mtopo", "lp")
 NAMES = {"heft": "HEFT", "cpop": "CPOP", "peft": "PEFT", "metf": "m-ETF", "mtopo": "m-TOPO", "lp": "LP+LS",
-         "portfolio": "portfolio", "thrifty": "portfolio", "local": "local search", "lns": "LNS", "cpsat": "CP-SAT"}
+         "portfolio": "portfolio", "thrifty": "portfolio", "grasp": "randomized portfolio", "local": "local search",
+         "lns": "LNS", "cpsat": "CP-SAT"}
 
 
 @dataclass
@@ -120,8 +121,9 @@ def write(rows: list[Row], path: str, args, started: float, done: bool) -> None:
              + ".", "",
              "Makespans in milliseconds. *HEFT*: HEFT with insertion (on our engine: shared links, memory "
              "checked); *best other*: the best of CPOP, PEFT, m-ETF, m-TOPO and LP rounding + list scheduling; "
-             "*ours*: `solve(method='auto')` (all heuristics, local search, CP-SAT up to 150 kernels) within "
-             "the time limit; *bound*: max(critical path at the best devices with transfers, LP bound on load "
+             "*ours*: `solve(method='auto')` (all heuristics, the randomized portfolio, local search, CP-SAT "
+             "up to 150 kernels) within the time limit; *bound*: max(critical path at the best devices with "
+             "transfers, LP bound on load "
              "with heads/tails, memory and links, CP-SAT's proven bound); *gap* = ours / bound - 1; "
              "*vs HEFT* = 1 - ours / HEFT. \"stuck\": the heuristic found no schedule that fits in memory.", "",
              "| graph | system | memory | kernels | HEFT | best other | ours | bound | gap | vs HEFT | time (s) | method |",

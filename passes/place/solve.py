@@ -43,12 +43,13 @@ METHODS = ("auto", "cpsat", "local", "lns", "heft", "cpop", "peft", "metf", "mto
 # work, not the clock, ends the search on this machine).
 DECODE_A = 2.0e-6
 DTIME_PER_SECOND = 0.12
-# Decodes and samples get dearer per task on larger graphs (longer timelines to search) and about
-# twice as dear when memory binds (the trackers' scans): `scaled_cost`. A local-search decode
-# places each task on one device, a randomized-portfolio sample tries all of them: GRASP_COST
-# decodes. Measured on the reference machine (about 2x slower when it is shared). At most
-# GRASP_MAX_SAMPLES samples on tiny graphs.
-GRASP_COST = 1.2
+# A randomized-portfolio sample (every device tried per task) costs about SAMPLE_A * (tasks +
+# tensors) * devices seconds plus SAMPLE_MEM * tasks^2 per memory-limited device (the trackers'
+# scans grow with the schedule); a local-search decode (one device per task) about DECODE_SHARE of
+# a sample. Fitted on the reference machine while shared (load 6 on 2 cores), divided by 1.5.
+SAMPLE_A = 1.2e-6
+SAMPLE_MEM = 1.3e-8
+DECODE_SHARE = 0.6
 GRASP_MAX_SAMPLES = 4000
 
 Progress = Callable[[str, int, int, float], None]
@@ -87,14 +88,16 @@ def decode_seconds(pb: PlacementProblem) -> float:
     return DECODE_A * (pb.n + len(pb.tensors) + 1) * pb.m
 
 
-def scaled_cost(pb: PlacementProblem, binds: bool) -> float:
-    """Estimated seconds of one local-search decode, with the size and memory factors above."""
-    return decode_seconds(pb) * (0.5 + pb.n / 1000) * (2 if binds else 1)
-
-
-def sample_seconds(pb: PlacementProblem, binds: bool) -> float:
+def sample_seconds(pb: PlacementProblem) -> float:
     """Estimated seconds of one randomized-portfolio sample (sizes the deterministic sample count)."""
-    return GRASP_COST * decode_seconds(pb) * (1 + pb.n / 1000) * (2 if binds else 1)
+    total = sum(t.size for t in pb.tensors)
+    limited = sum(1 for p in range(pb.m) if pb.capacity[p] - pb.baseline[p] < total)
+    return SAMPLE_A * (pb.n + len(pb.tensors) + 1) * pb.m + SAMPLE_MEM * pb.n ** 2 * limited
+
+
+def local_decode_seconds(pb: PlacementProblem) -> float:
+    """Estimated seconds of one local-search decode (sizes its deterministic work budget)."""
+    return DECODE_SHARE * sample_seconds(pb)
 
 
 def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress: Progress | None = None) -> Outcome:
@@ -171,8 +174,8 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
         # sample count comes from the limit, not the clock, so that it is the same on every run
         share = limit * (0.08 if exact_size else 0.45)
         t = time.monotonic()
-        samples = max(8, min(GRASP_MAX_SAMPLES, int(share / sample_seconds(pb, binds))))
-        guard = min(share * 2, left()) if options.deterministic else min(share, left())
+        samples = max(8, min(GRASP_MAX_SAMPLES, int(share / sample_seconds(pb))))
+        guard = min(share * 2 if options.deterministic else share, 0.8 * left())  # leave local search some
         sampled = randomized_portfolio(pb, samples, seed=options.seed, lower_bound=lower,
                                        stop=lambda: time.monotonic() - t > guard)
         seconds["grasp"] = time.monotonic() - t
@@ -189,7 +192,7 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
         budget = limit * (0.2 if options.method == "auto" and exact_size else 0.45 if options.method == "auto"
                           else 0.85)
         t = time.monotonic()
-        evals = max(1, int(budget / scaled_cost(pb, binds))) if options.deterministic else None
+        evals = max(1, int(budget / local_decode_seconds(pb))) if options.deterministic else None
         improved = improve(pb, best, share, seed=options.seed, progress=progress, max_evals=evals,
                            lower_bound=lower)
         seconds["local"] = time.monotonic() - t
