@@ -3,7 +3,8 @@
 Stages (each keeps the best plan so far, so the answer is never worse than the heuristic):
 1. TFLite-style heuristics on a few topological orders (the warm start and the baseline).
 2. Free order, at most `free_order_limit` kernels: the time-indexed capacity-only model gives a
-   bound for every order and an order with replacement decisions.
+   bound for every order and an order with replacement decisions. Up to `band_limit` kernels: the
+   same model restricted to orders near the best one (a band of steps), for better orders only.
 3. For the chosen order(s): the capacity-only fixed-order model (bound for the order), placement of
    its decisions with `NoOverlap2D`; if that does not place, the joint model (small graphs) or the
    windowed joint model (large graphs), warm-started from the incumbent.
@@ -62,7 +63,11 @@ class Options:
     window: int = 48  # steps per window in the windowed scheme
     window_time: float = 2.0  # seconds per window
     explore_orders: int = 4  # free order: other orders tried when one's decisions do not fit in address space
-    explore_share: float = 0.6  # of the time left after the heuristics: the first free-order solve and the exploration
+    explore_share: float = 0.8  # of the time left after the heuristics: the first free-order solve and the exploration
+    first_share: float = 0.75  # of the time left: the first free-order solve, the one bound over all orders
+    band_limit: int = 300  # largest graph for the banded free-order search (orders near the best one)
+    band: int = 8  # steps each kernel may move from its place in the best order, per banded solve
+    band_share: float = 0.5  # of the time left after the heuristics: the banded search
     config: SolverConfig = SolverConfig()
 
 
@@ -196,6 +201,8 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     if small:
         _explore_orders(search, capacity, options, explored, until=search.left() * (1 - options.explore_share),
                         joint=False)
+    elif order == "free" and K <= options.band_limit:  # too big for all orders: orders near the best one
+        _band_search(search, capacity, options, until=search.left() * (1 - options.band_share))
     # 3. the joint model on the best order so far, then on the heuristic orders
     #    (for fixed order, the program's own only)
     if order == "free":
@@ -224,7 +231,7 @@ def _explore_orders(search: _Search, capacity: int, options: Options, explored: 
     while not search.done() and len(explored) <= options.explore_orders and \
             (not explored or search.left() > until + 0.05):
         # the first solve gives the bound over all orders: it gets the larger share
-        budget = 0.4 * search.left() if not explored else 0.5 * (search.left() - until)
+        budget = options.first_share * search.left() if not explored else 0.5 * (search.left() - until)
         result = solve_free_order(problem, capacity, hint=search.best, lower_bound=search.bound,
                                   time_limit=search.take(budget), config=options.config,
                                   progress=search.reporter("free-order capacity model"), exclude=tuple(explored))
@@ -241,6 +248,29 @@ def _explore_orders(search: _Search, capacity: int, options: Options, explored: 
                        keep_cost=traffic(problem, result.keep), free=True, share=0.5 if not joint else 1.0,
                        joint=joint)
     search.stats["orders_explored"] = len(explored)
+
+
+def _band_search(search: _Search, capacity: int, options: Options, *, until: float) -> None:
+    """Large graphs: the free-order capacity model restricted to orders near the best one (each kernel
+    within `options.band` steps), its decisions placed, repeated from the new best while it improves
+    and more than `until` seconds are left. Gives better orders only, no bound."""
+    problem = search.problem
+    rounds = 0
+    while not search.done() and search.left() > until + 0.05:
+        before = search.best_cost
+        result = solve_free_order(problem, capacity, hint=search.best, lower_bound=search.bound,
+                                  time_limit=search.take(0.6 * (search.left() - until)), config=options.config,
+                                  band=(search.best.order, options.band))
+        rounds += 1
+        if result.order is None:
+            break
+        cost = traffic(problem, result.keep)
+        if cost < search.best_cost:
+            _improve_order(search, capacity, result.order, options, hint_keep=result.keep, keep_cost=cost,
+                           free=True, share=0.5, joint=False)
+        if search.best_cost >= before:
+            break
+    search.stats["band_rounds"] = rounds
 
 
 def _improve_order(search: _Search, capacity: int, order: tuple[int, ...], options: Options, *,

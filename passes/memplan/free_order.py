@@ -42,13 +42,39 @@ def _ancestors(problem: MemoryProblem) -> tuple[list[int], list[int]]:
     return [bin(a).count("1") for a in anc], [bin(d).count("1") for d in desc]
 
 
+def _broad_portfolio(solver: cp_model.CpSolver, config: SolverConfig, kernels: int) -> None:
+    """Interleave every subsolver on small graphs, else run `wide_workers` workers (see SolverConfig).
+    Deterministic mode is interleaved already and keeps its worker count."""
+    if config.deterministic:
+        return
+    if kernels <= config.interleave_limit:
+        solver.parameters.interleave_search = True
+    else:
+        solver.parameters.num_workers = max(solver.parameters.num_workers, config.wide_workers)
+
+
+def _hint_loads(model: cp_model.CpModel, aux: tuple, resident: set[int], made: int) -> None:
+    """Hint the load and spill variables of one tensor from its hinted residency, so the hint is a
+    complete solution the solver starts from rather than a partial one it may fail to extend."""
+    lo, loads, st = aux
+    values = [1 if t in resident and t - 1 not in resident and t != made else 0 for t in range(lo, lo + len(loads))]
+    for v, value in zip(loads, values):
+        model.AddHint(v, value)
+    if st is not None:
+        model.AddHint(st, 1 if any(values) else 0)  # only intermediates spill: their first value is 0
+
+
 def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | None = None, lower_bound: int = 0,
                      time_limit: float = 5.0, config: SolverConfig = SolverConfig(), progress=None,
-                     exclude: tuple[tuple[int, ...], ...] = ()) -> FreeOrderResult:
+                     exclude: tuple[tuple[int, ...], ...] = (),
+                     band: tuple[tuple[int, ...], int] | None = None) -> FreeOrderResult:
     """Optimum over all orders of the capacity-only model, except the orders in `exclude`.
 
     Excluding orders whose decisions could not be placed in address space asks for another order;
     the bound is then valid only for the orders not excluded (callers keep it out of the plan's bound).
+    With `band=(order, width)` only orders moving each kernel at most `width` steps from its place in
+    `order` are searched (a neighbourhood small enough for large graphs); the bound returned is then
+    just `lower_bound`.
     """
     start_time = time.perf_counter()
     K = T = problem.num_kernels
@@ -57,6 +83,10 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     n_anc, n_desc = _ancestors(problem)
     asap = n_anc
     alap = [T - 1 - d for d in n_desc]
+    if band is not None:
+        center, width = band
+        for t, k in enumerate(center):
+            asap[k], alap[k] = max(asap[k], t - width), min(alap[k], t + width)
     model = cp_model.CpModel()
     one, zero = model.NewConstant(1), model.NewConstant(0)
 
@@ -83,6 +113,7 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     const = 0
     occupancy: list[list] = [[] for _ in range(T)]
     r_vars = []
+    aux: dict[int, tuple] = {}  # tensor -> (first step, load per step, spill)
     for i in range(problem.num_tensors):
         users = problem.users[i]
         if not users:
@@ -112,11 +143,13 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
             objective.append((s, lt))
         if problem.kinds[i] is not TensorKind.INTERMEDIATE:
             const -= s  # the first load is compulsory
+        st = None
         if store_cost(problem, i):
             st = model.NewBoolVar("")
             for lt in loads:
                 model.AddImplication(lt, st)
             objective.append((s, st))
+        aux[i] = (lo, loads, st)
     for t in range(T):
         if sum(s for s, _ in occupancy[t]) > cap:
             model.Add(sum(s * v for s, v in occupancy[t]) <= cap)
@@ -155,9 +188,12 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
                     resident.update(range(uses[j] + 1, uses[j + 1]))
             for t, v in r_vars[i].items():
                 model.AddHint(v, 1 if t in resident else 0)
+            if i in aux:
+                _hint_loads(model, aux[i], resident, pos[problem.producer[i]] if problem.producer[i] >= 0 else -1)
 
     solver = cp_model.CpSolver()
     configure(solver, time_limit, config)
+    _broad_portfolio(solver, config, K)
     if progress is not None:
         status = solver.Solve(model, _Progress(progress, g, const * g))
     else:
@@ -166,7 +202,7 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     name = _STATUS.get(status, "unknown")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = max(lower_bound, (int(math.ceil(solver.BestObjectiveBound() - 1e-6)) + const) * g) \
-            if name == "unknown" else lower_bound
+            if name == "unknown" and band is None else lower_bound
         return FreeOrderResult(name, None, None, None, bound, wall)
     objective_bytes = (int(round(solver.ObjectiveValue())) + const) * g
     bound = objective_bytes if status == cp_model.OPTIMAL else \
@@ -176,4 +212,6 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     tl = Timeline(problem, order)
     keep = tuple(tuple(all(solver.Value(r_vars[i][t]) for t in range(uses[j] + 1, uses[j + 1]))
                        for j in range(len(uses) - 1)) for i, uses in enumerate(tl.uses))
+    if band is not None:
+        bound = lower_bound
     return FreeOrderResult(name, order, keep, objective_bytes, max(bound, lower_bound), wall)

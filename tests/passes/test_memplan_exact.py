@@ -155,3 +155,21 @@ def test_known_instance_needs_a_spill(free):
     check_plan(problem, plan)
     assert plan.traffic == 4 == brute_force(problem, 6, free)
     assert plan.status == "optimal"
+
+
+@settings(max_examples=25)
+@given(seed=st.integers(0, 10_000), kernels=st.integers(2, 5), weights=st.booleans(), extra=st.integers(0, 2))
+def test_all_orders_bounds_never_exceed_brute_force(seed, kernels, weights, extra):
+    """The cover bound and the free-order capacity model (with its liveness cuts) bound every order."""
+    from tilegraph.passes.memplan.bounds import cover_bound
+    from tilegraph.passes.memplan.free_order import solve_free_order
+
+    problem = tiny(seed, kernels, weights and kernels <= 3)
+    capacity = problem.max_working_set()[0] + extra
+    expected = brute_force(problem, capacity, True)
+    config = SolverConfig(num_workers=1, seed=0, deterministic=True)
+    assert cover_bound(problem, capacity, config=config) <= expected
+    result = solve_free_order(problem, capacity, time_limit=5, config=config)
+    assert result.bound <= expected
+    if result.status == "optimal":  # addresses ignored: the capacity-only optimum is at most the true one
+        assert result.objective <= expected

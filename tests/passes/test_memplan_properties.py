@@ -129,3 +129,23 @@ def test_fixed_order_traffic_never_increases_with_capacity(instance):
             if previous is not None:
                 assert plan.traffic <= previous
             previous = plan.traffic
+
+
+@settings(max_examples=15)
+@given(instances(max_kernels=16), st.integers(1, 4))
+def test_banded_search_stays_in_its_band_and_plans_are_valid(instance, width):
+    problem, capacity = instance
+    best = heuristic_plans(problem, capacity, candidate_orders(problem))[0]
+    result = solve_free_order(problem, capacity, hint=best.solution, lower_bound=0, time_limit=1, config=CFG,
+                              band=(best.solution.order, width))
+    assert result.bound == 0  # a neighbourhood gives no bound over all orders
+    if result.order is not None:
+        assert problem.is_topological(result.order)
+        where = {k: t for t, k in enumerate(best.solution.order)}
+        assert all(abs(where[k] - t) <= width for t, k in enumerate(result.order))
+    banded = Options(config=CFG, free_order_limit=0, band_limit=100, band=width, window=6, window_time=0.3,
+                     full_model_limit=10)
+    plan = solve_problem(problem, capacity, order="free", time_limit=1.5, options=banded)
+    check_plan(problem, plan)
+    assert plan.traffic <= best.traffic
+    assert plan.bounds.traffic <= plan.traffic
