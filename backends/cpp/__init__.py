@@ -5,8 +5,9 @@
     write_build(fn, "build/")                         # the source and the library
 
 Modules: `emit` (the loop-nest emitter, shared with SYCL), `microkernel`, `attention`, `fold`
-(parameter-only nodes computed at load time), `layout`, `source` (the
-translation unit), `arena`, `build` (compiler, cache, errors), `runtime` (ctypes), `names`.
+(parameter-only nodes computed at load time), `layout`, `source` (the translation unit; its
+arena comes from `tilegraph.backends.arena`), `build` (compiler, cache, errors), `runtime`
+(ctypes), `names`.
 """
 from __future__ import annotations
 

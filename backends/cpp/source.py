@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilegraph.backends.arena import Arena, plan_arena
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel, Program
 
-from .arena import Arena, plan_arena
 from .code import Code
 from .dialect import Dialect
 from .emit import KernelEmitter, MicroKernel
 from .fold import NO_FOLDING, Folding, plan_folding
 from .layout import emit_layout
-from .names import c_type, mangle
+from .names import c_type, mangle, nbytes
 from .prelude import prelude
 
 
@@ -105,7 +105,7 @@ def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKerne
     folding = plan_folding(program) if fold else NO_FOLDING
     folded = folding.node_set
     order = tuple(k for k in execution_order(program) if not all(n in folded for n in k.nodes))
-    arena = plan_arena(program, order, folding.values)
+    arena = plan_arena(program, order, size_of=nbytes, exclude=folding.values)
     outputs = written_outputs(program)
     graph = program.graph
     code = Code()

@@ -16,7 +16,6 @@ from strategies import graph_inputs, graphs
 
 import tilegraph
 from tilegraph.backends import cpp, reference
-from tilegraph.backends.cpp.arena import first_fit, lifetimes, plan_arena
 from tilegraph.backends.cpp.build import BuildError, build_library, compile_flags
 from tilegraph.backends.cpp.names import mangle
 from tilegraph.frontends.dsl import parse, parse_file
@@ -392,16 +391,3 @@ def test_write_build_writes_source_and_library(tmp_path):
     assert paths[0].read_text() == compiled.source and paths[1].stat().st_size > 0
 
 
-# ----- the arena ----------------------------------------------------------------------------------------
-def test_arena_reuses_bytes_of_dead_tensors_and_never_overlaps_live_ones():
-    graph = parse_file(EXAMPLES / "lenet.tg")
-    program = schedule(graph, CPU)
-    arena = plan_arena(program, program.kernels)
-    life = lifetimes(program.kernels, list(arena.offsets))
-    items = list(arena.offsets.items())
-    for n, (a, oa) in enumerate(items):
-        for b, ob in items[n + 1:]:
-            if life[a][0] <= life[b][1] and life[b][0] <= life[a][1]:
-                assert oa + a.type.nbytes <= ob or ob + b.type.nbytes <= oa
-    assert arena.size < sum(v.type.nbytes for v in arena.offsets)  # something was shared
-    assert first_fit([], {}) == {}
