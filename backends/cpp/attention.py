@@ -26,20 +26,17 @@ class AttentionEmitter(KernelEmitter):
     """A kernel of kind "attention" (see `passes/fusion/attention.py` for its loop kinds)."""
 
     def unbuffered(self) -> set[int]:
-        from tilegraph.passes.fusion import match_kernel
+        from tilegraph.passes.fusion import attention_layout
 
-        self.match = match = match_kernel(self.kernel.nodes)
-        at = self.domain.index
-        self.core = {at(n) for n in (match.max, match.sub, match.exp, match.sum, match.div, match.pv)}
-        return self.core
+        if len(self.reduction) != 1:
+            raise TilegraphError(f"cpp backend: attention kernel {self.kernel.name} needs one key/value loop")
+        self.layout = attention_layout(self.domain, self.kernel.nodes)
+        self.match, self.kv = self.layout.match, self.layout.kv
+        return set(self.layout.core)
 
     def _state(self) -> None:
         domain, match = self.domain, self.match
-        at = domain.index
-        if len(self.reduction) != 1:
-            raise TilegraphError(f"cpp backend: attention kernel {self.kernel.name} needs one key/value loop")
-        (self.kv,) = self.reduction
-        pv, mx = at(match.pv), at(match.max)
+        pv, mx = self.layout.pv, self.layout.max
         if not match.pv.result.type.dtype.is_float:
             raise TilegraphError("cpp backend: attention on non-float values")
         self.e_loops = sorted(domain.iterates(pv) - domain.iterates(mx) - {self.kv})
@@ -91,8 +88,7 @@ class AttentionEmitter(KernelEmitter):
         if self.dialect.group_items > 1:  # each work-item its own row of probabilities
             code.line(f"p_ += lid * {self.tile[self.kv]};")
         domain, match, kv = self.domain, self.match, self.kv
-        at = domain.index
-        pv, mx = at(match.pv), at(match.max)
+        pv, mx = self.layout.pv, self.layout.max
         var = lambda k: f"i{k}"  # noqa: E731
         width = self.width
         depth = self._open(code, self.rows)
@@ -101,7 +97,7 @@ class AttentionEmitter(KernelEmitter):
         code.line(f"for (int64_t e = 0; e < {width}; ++e) o_[r * {width} + e] = 0.0f;")
         self._close(code, depth)
         self.barrier(code)
-        scores = [i for i in range(len(domain.nodes)) if i not in self.core]
+        scores = self.layout.scores
         single = self._single(kv)
         head = None if single else f"for (int64_t rlo{kv} = 0; rlo{kv} < {self.extents[kv]}; rlo{kv} += {self.tile[kv]})"
         outer = code.depth

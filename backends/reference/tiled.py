@@ -276,15 +276,11 @@ class _KernelRun:
                     self.complete(i, whole)
 
     def attention(self) -> None:
-        from tilegraph.passes.fusion import match_kernel
+        from tilegraph.passes.fusion import attention_layout
 
         domain = self.domain
-        match = match_kernel(self.kernel.nodes)
-        at = domain.index
-        core = {at(n) for n in (match.max, match.sub, match.exp, match.sum, match.div, match.pv)}
-        scores = [i for i in range(len(domain.nodes)) if i not in core]
-        (kv,) = domain.loops_of_kind(REDUCTION)
-        mx, pv = at(match.max), at(match.pv)
+        layout = attention_layout(domain, self.kernel.nodes)
+        match, scores, kv, mx, pv = layout.match, layout.scores, layout.kv, layout.max, layout.pv
         out = match.pv.result
         dtype = out.type.dtype
         work = np.float32 if dtype.numpy.itemsize <= 4 else dtype.numpy

@@ -7,8 +7,6 @@ written once. The same recurrence as the tiled reference executor's `attention()
 """
 from __future__ import annotations
 
-from tilegraph.ir.structured import REDUCTION
-
 from .scalar import Expr, cast, tl_type
 
 
@@ -16,15 +14,11 @@ class AttentionMixin:
     """Attention code generation for KernelEmitter."""
 
     def attention(self) -> None:
-        from tilegraph.passes.fusion import match_kernel
+        from tilegraph.passes.fusion import attention_layout
 
         domain = self.domain
-        match = match_kernel(self.kernel.nodes)
-        at = domain.index
-        core = {at(n) for n in (match.max, match.sub, match.exp, match.sum, match.div, match.pv)}
-        scores = [i for i in range(len(domain.nodes)) if i not in core]
-        (kv,) = domain.loops_of_kind(REDUCTION)
-        mx, pv = at(match.max), at(match.pv)
+        layout = attention_layout(domain, self.kernel.nodes)
+        match, scores, kv, mx, pv = layout.match, layout.scores, layout.kv, layout.max, layout.pv
         out = match.pv.result
         rows = self.region(mx) - {kv}
         acc_loops = self.region(pv) - {kv}

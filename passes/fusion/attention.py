@@ -164,6 +164,29 @@ def attention_domain(match: AttentionMatch) -> KernelDomain:
     return with_kinds(domain, kinds)
 
 
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Where the parts of an attention kernel sit in its domain (positions in `domain.nodes`):
+    what every code generator needs before it writes the online softmax."""
+
+    match: AttentionMatch
+    core: frozenset[int]  # the online softmax: max, sub, exp, sum, div and the p @ v matmul
+    scores: tuple[int, ...]  # the rest: q @ k^T and the chain that scales and masks it
+    kv: int  # the key/value loop, the one reduction of the domain
+    max: int
+    pv: int
+
+
+def attention_layout(domain: KernelDomain, nodes: tuple[Node, ...]) -> AttentionLayout:
+    """The layout of an attention kernel's nodes in its domain."""
+    match = match_kernel(nodes)
+    at = domain.index
+    core = frozenset(at(n) for n in (match.max, match.sub, match.exp, match.sum, match.div, match.pv))
+    (kv,) = domain.loops_of_kind(REDUCTION)
+    return AttentionLayout(match, core, tuple(i for i in range(len(domain.nodes)) if i not in core), kv,
+                           at(match.max), at(match.pv))
+
+
 def match_kernel(nodes: tuple[Node, ...]) -> AttentionMatch:
     """The attention match of a kernel marked kind="attention" (its last P @ V matmul)."""
     for node in reversed(nodes):
