@@ -55,9 +55,21 @@ class Timeline:
         return t
 
     def add(self, start: int, end: int) -> None:
-        j = bisect_right(self.starts, start)
-        self.starts.insert(j, start)
-        self.ends.insert(j, end)
+        """Mark [start, end) busy, merged with the intervals it touches (the same idle gaps, with
+        fewer intervals for `earliest` to scan on a busy device)."""
+        starts, ends = self.starts, self.ends
+        j = bisect_right(starts, start)
+        if j > 0 and ends[j - 1] == start:
+            if j < len(starts) and starts[j] == end:
+                ends[j - 1] = ends[j]
+                del starts[j], ends[j]
+            else:
+                ends[j - 1] = end
+        elif j < len(starts) and starts[j] == end:
+            starts[j] = start
+        else:
+            starts.insert(j, start)
+            ends.insert(j, end)
 
 
 def earliest_with(line: Timeline, extra: list[tuple[int, int]], ready: int, dur: int) -> int:
