@@ -66,8 +66,8 @@ class Options:
     explore_share: float = 0.8  # of the time left after the heuristics: the first free-order solve and the exploration
     first_share: float = 0.75  # of the time left: the first free-order solve, the one bound over all orders
     band_limit: int = 300  # largest graph for the banded free-order search (orders near the best one)
-    band: int = 8  # steps each kernel may move from its place in the best order, per banded solve
-    band_share: float = 0.5  # of the time left after the heuristics: the banded search
+    band: int = 4  # steps each kernel may move from its place in the best order, per banded solve
+    band_share: float = 0.85  # of the time left after the heuristics: the banded search
     config: SolverConfig = SolverConfig()
 
 
@@ -201,8 +201,10 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     if small:
         _explore_orders(search, capacity, options, explored, until=search.left() * (1 - options.explore_share),
                         joint=False)
-    elif order == "free" and K <= options.band_limit:  # too big for all orders: orders near the best one
-        _band_search(search, capacity, options, until=search.left() * (1 - options.band_share))
+    elif order == "free" and K <= options.band_limit:  # too big for all orders: orders near the best one,
+        until = search.left() * (1 - options.band_share)  # starting from the best order's own optimum
+        _improve_order(search, capacity, search.best.order, options, free=True, share=0.3)
+        _band_search(search, capacity, options, until=until)
     # 3. the joint model on the best order so far, then on the heuristic orders
     #    (for fixed order, the program's own only)
     if order == "free":
