@@ -49,6 +49,8 @@ class KernelEmitter(RegisterBlocks):
         self.tile = [max(1, t) for t in self.tile]
         self.parallel = [k for k, loop in enumerate(self.loops) if loop.kind == PARALLEL]
         self.reduction = [k for k, loop in enumerate(self.loops) if loop.kind == REDUCTION]
+        if dialect.vector_width and kernel.kind == "generic":
+            self.widen_tiles()
         self.base = {k: self._lo(k) for k in range(len(self.loops))}
         self.outputs = set(kernel.outputs)
         self.global_ptrs = dict(params)

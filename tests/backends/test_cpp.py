@@ -124,6 +124,31 @@ def test_vector_micro_kernel_on_padded_and_strided_convolutions(stride):
 NATIVE_FLAGS = "-O1 -march=native -fopenmp"  # the AVX-512 masked loads where the host has them
 
 
+@pytest.mark.parametrize("channels,tile,widened", [(6, 2, 4), (3, 1, 3), (16, 2, 4), (9, 5, 5)])
+def test_narrow_channel_tiles_widen_to_the_register_block(channels, tile, widened):
+    """A conv whose tile gives the register block fewer than `min_rows` output channels runs
+    `min_rows` per tile (ragged last tile, odd widths, padding, a residual epilogue); not below
+    `threads_hint` parallel tiles."""
+    b = GraphBuilder("conv")
+    x, w = b.input("x", [1, 5, 7, 19]), b.param("w", [channels, 5, 3, 3])
+    r = b.input("r", [1, channels, 7, 19])
+    b.output(b.relu(b.add(b.conv2d(x, w, padding=1), r)))
+    program = PassManager("canonicalize,fuse").run(b.graph)
+    (kernel,) = program.kernels
+    tiles = tuple((loop.name, tile if loop.extent == channels else loop.extent)
+                  for loop in kernel_domain_of(kernel).loops)
+    program = program.with_kernels([replace(kernel, tiles=tiles)])
+    params = bound_params(b.graph, program)
+    inputs = reference.random_inputs(b.graph)
+    for flags in (FAST_FLAGS, NATIVE_FLAGS):
+        compiled = cpp.build(program, params, cxxflags=flags, micro=cpp.MicroKernel(threads_hint=1))
+        assert f"d0<{channels} parallel tile {widened}>" in compiled.source
+        assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
+    if widened > tile:  # with the default hint (8 parallel tiles) these few tiles stay as chosen
+        assert f"d0<{channels} parallel tile {tile}>" in cpp.generate_source(program)
+
+
+
 @pytest.mark.parametrize("flags", [FAST_FLAGS, NATIVE_FLAGS])
 @pytest.mark.parametrize("shape,weight,attrs", [
     ((1, 3, 9, 70), (8, 3, 3, 3), dict(padding=1)),
