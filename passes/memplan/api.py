@@ -2,9 +2,10 @@
 
 Stages (each keeps the best plan so far, so the answer is never worse than the heuristic):
 1. TFLite-style heuristics on a few topological orders (the warm start and the baseline).
-2. Free order, at most `free_order_limit` kernels: the time-indexed capacity-only model gives a
-   bound for every order and an order with replacement decisions. Up to `band_limit` kernels: the
-   same model restricted to orders near the best one (a band of steps), for better orders only.
+2. Free order, at most `free_order_limit` kernels or `free_order_cells` model variables: the
+   time-indexed capacity-only model gives a bound for every order and an order with replacement
+   decisions. Else, up to `band_limit` kernels: the same model restricted to orders near the best
+   one (a band of steps), for better orders only.
 3. For the chosen order(s): the capacity-only fixed-order model (bound for the order), placement of
    its decisions with `NoOverlap2D`; if that does not place, the joint model (small graphs) or the
    windowed joint model (large graphs), warm-started from the incumbent.
@@ -29,7 +30,7 @@ from tilegraph.ir.memory_plan import MemoryPlan, PlanBounds
 
 from .bounds import cover_bound
 from .cpsat import SolverConfig, solve_fixed
-from .free_order import solve_free_order
+from .free_order import model_cells, solve_free_order
 from .heuristics import heuristic_plans
 from .orders import candidate_orders, program_order
 from .problem import MemoryProblem, MemplanError, from_program, peak_live
@@ -58,7 +59,8 @@ class Progress:
 class Options:
     """Knobs of the exact stages (the defaults are what the benchmark measured)."""
 
-    free_order_limit: int = 80  # largest graph for the free-order model
+    free_order_limit: int = 80  # graphs up to this many kernels get the free-order model
+    free_order_cells: int = 20_000  # larger graphs too when the model is this small (see model_cells)
     full_model_limit: int = 300  # largest graph for the one-piece joint model
     window: int = 48  # steps per window in the windowed scheme
     window_time: float = 2.0  # seconds per window
@@ -197,10 +199,13 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     # 2. free order on small graphs: the capacity-only optimum over all orders, then other orders
     #    (each excluding those tried) until one's decisions also fit in address space
     explored: list[tuple[int, ...]] = []
-    small = order == "free" and K <= options.free_order_limit
+    small = order == "free" and (K <= options.free_order_limit or model_cells(problem) <= options.free_order_cells)
     if small:
-        _explore_orders(search, capacity, options, explored, until=search.left() * (1 - options.explore_share),
-                        joint=False)
+        if K > options.free_order_limit:  # a big graph: first the best order's own optimum (cheap)
+            _improve_order(search, capacity, search.best.order, options, free=True, share=0.1, joint=False)
+        if not search.done():
+            _explore_orders(search, capacity, options, explored,
+                            until=search.left() * (1 - options.explore_share), joint=False)
     elif order == "free" and K <= options.band_limit:  # too big for all orders: orders near the best one,
         until = search.left() * (1 - options.band_share)  # starting from the best order's own optimum
         _improve_order(search, capacity, search.best.order, options, free=True, share=0.3)
@@ -218,7 +223,9 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
         _improve_order(search, capacity, candidate, options, free=(order == "free"),
                        share=1.0 if n == len(queue) - 1 else 0.7)
     # 4. time left on a small graph: more orders, now with the joint model on each
-    if small:
+    if small and K > options.free_order_limit:  # a big graph: first the best order's own optimum (cheap)
+        _improve_order(search, capacity, search.best.order, options, free=True, share=0.1, joint=False)
+    if small and not search.done():
         _explore_orders(search, capacity, options, explored, until=0.5, joint=True)
     return _make_plan(problem, capacity, search, baseline, order, weights)
 

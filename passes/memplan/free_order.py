@@ -42,6 +42,17 @@ def _ancestors(problem: MemoryProblem) -> tuple[list[int], list[int]]:
     return [bin(a).count("1") for a in anc], [bin(d).count("1") for d in desc]
 
 
+def model_cells(problem: MemoryProblem) -> int:
+    """Time-indexed variables of the free-order model (kernel-run and residency flags): its size,
+    small on narrow graphs of hundreds of kernels (DARTS cells), large on wide random DAGs."""
+    T = problem.num_kernels
+    n_anc, n_desc = _ancestors(problem)
+    runs = sum(T - 1 - n_desc[k] - n_anc[k] for k in range(T))
+    resident = sum(max(T - 1 - n_desc[k] for k in users) - min(n_anc[k] for k in users) + 1
+                   for users in problem.users if users)
+    return runs + resident
+
+
 def _broad_portfolio(solver: cp_model.CpSolver, config: SolverConfig, kernels: int) -> None:
     """Interleave every subsolver on small graphs, else run `wide_workers` workers (see SolverConfig).
     Deterministic mode is interleaved already and keeps its worker count."""

@@ -149,3 +149,17 @@ def test_banded_search_stays_in_its_band_and_plans_are_valid(instance, width):
     check_plan(problem, plan)
     assert plan.traffic <= best.traffic
     assert plan.bounds.traffic <= plan.traffic
+
+
+@settings(max_examples=10)
+@given(instances(max_kernels=16))
+def test_free_order_chosen_by_model_size_gives_valid_plans(instance):
+    from tilegraph.passes.memplan.free_order import model_cells
+
+    problem, capacity = instance
+    assert model_cells(problem) >= sum(1 for users in problem.users if users)
+    by_size = Options(config=CFG, free_order_limit=0, free_order_cells=10**9, window=6, window_time=0.3,
+                      full_model_limit=10)
+    plan = solve_problem(problem, capacity, order="free", time_limit=1.5, options=by_size)
+    check_plan(problem, plan)
+    assert plan.bounds.traffic <= plan.traffic <= plan.baseline_traffic
