@@ -31,6 +31,27 @@ LOAD_LANES = r"""inline void tg_load_lanes(tg_vf* dst, const float* src, int64_t
 }
 """
 
+# `lanes` vectors from `src`, lane l of vector q loaded where bit l of masks[q] is set, zero
+# elsewhere (flattened blocks, flatrows.py). A full mask is a plain load, kept in a register by
+# the empty asm (GCC would otherwise fold the load into every FMA that uses it).
+LOAD_MASKS = r"""inline void tg_load_masks(tg_vf* dst, const float* src, const uint16_t* masks, int64_t lanes) {
+  for (int64_t q = 0; q < lanes; ++q) {
+#if defined(__AVX512F__)
+    if (masks[q] == 0xffffu) {
+      dst[q] = (tg_vf)_mm512_loadu_ps(src + q * 16);
+      __asm__("" : "+v"(dst[q]));
+    } else {
+      dst[q] = (tg_vf)_mm512_maskz_loadu_ps((__mmask16)masks[q], src + q * 16);
+    }
+#else
+    float g[16];
+    for (int64_t i = 0; i < 16; ++i) g[i] = ((masks[q] >> i) & 1u) ? src[q * 16 + i] : 0.0f;
+    std::memcpy(&dst[q], g, sizeof(g));
+#endif
+  }
+}
+"""
+
 
 class Dialect:
     """Host C++17 with OpenMP."""
@@ -46,7 +67,7 @@ class Dialect:
         return ("typedef _Float16 tg_half;\n"
                 "namespace {\n"
                 "typedef float tg_vf __attribute__((vector_size(64)));\n"
-                + LOAD_LANES +
+                + LOAD_LANES + LOAD_MASKS +
                 "inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"
                 "inline void tg_free(void* p) { std::free(p); }\n"
                 "}  // namespace\n")

@@ -21,6 +21,7 @@ from tilegraph.ir.types import DType
 
 from .buffers import ConstantBuffer, LocalBuffer, Var, affine_text, linear, row_major_strides, store
 from .code import Code
+from .flatrows import FlatPlan, FlatRows
 from .names import compute_type, init_literal
 from .scalar import scalar_expr
 
@@ -43,7 +44,7 @@ def _sum_of_products(expr) -> bool:
     return isinstance(expr, (Arg, Acc, Const))
 
 
-class RegisterBlocks:
+class RegisterBlocks(FlatRows):
     """Reduction nodes as register-blocked loop nests (mixed into KernelEmitter)."""
 
     def widen_tiles(self) -> None:
@@ -94,12 +95,26 @@ class RegisterBlocks:
         outer = [k for k in keep if k not in (u, v)]
         mr = min(self.micro.mr, self._span(ranges, u)) if u is not None else 1
         vector = self._vectorizable(i, v)
-        nr = self._pick_nr(ranges, v, mr, vector)
+        flat = self._flat_plan(i, ranges, keep, u, v, mr, inner) if vector else None
+        if flat is not None:  # rows folded with columns (flatrows.py)
+            nr = flat.nr
+            outer = [k for k in outer if k != flat.w]
+            for table in flat.tables.values():
+                for text in table.declaration().splitlines():
+                    code.line(text)
+        else:
+            nr = self._pick_nr(ranges, v, mr, vector)
         loops = [(f"i{k}", *ranges[k], 1) for k in outer]
-        loops += [(f"b{k}", *ranges[k], step) for k, step in ((u, mr), (v, nr)) if k is not None]
+        if flat is not None:
+            loops += [(f"b{u}", *ranges[u], mr), ("bf", "0", str(flat.total), nr)]
+        else:
+            loops += [(f"b{k}", *ranges[k], step) for k, step in ((u, mr), (v, nr)) if k is not None]
         depth = self._loops(code, loops)
         code.line(f"const int64_t mu = {f'tg_lmin({mr}, {ranges[u][1]} - b{u})' if u is not None else 1};")
-        code.line(f"const int64_t nv = {f'tg_lmin({nr}, {ranges[v][1]} - b{v})' if v is not None else 1};")
+        if flat is not None:
+            code.line(f"const int64_t nv = tg_lmin({nr}, {flat.total} - bf);")
+        else:
+            code.line(f"const int64_t nv = {f'tg_lmin({nr}, {ranges[v][1]} - b{v})' if v is not None else 1};")
         accs = []
         for r, value in enumerate(node.results):
             code.line(f"{compute_type(value.type.dtype, node.op)} acc{r}[{mr}][{nr}];")
@@ -108,6 +123,10 @@ class RegisterBlocks:
         def var(k: int) -> str:
             if k == u:
                 return f"(b{k} + uu)"
+            if flat is not None and k == flat.w:
+                return f"((bf + vv) / {flat.width})"
+            if flat is not None and k == v:
+                return f"((bf + vv) % {flat.width})"
             if k == v:
                 return f"(b{k} + vv)"
             return f"i{k}"
@@ -135,7 +154,12 @@ class RegisterBlocks:
                         final = store(value, f"acc{r}[uu][vv]") if i not in self.carried else f"acc{r}[uu][vv]"
                         code.line(f"{lvalues[r]} = {final};")
 
-        if mr == 1 and nr == 1:
+        if flat is not None:
+            with code.block(f"if (mu == {mr})"):
+                self._vector_block(code, i, var, u, v, mr, nr, inner, ranges, first, masked=True, flat=flat)
+            with code.block("else"):
+                block("mu", "nv")
+        elif mr == 1 and nr == 1:
             block("1", "1")
         else:
             with code.block(f"if (mu == {mr} && nv == {nr})"):
@@ -215,16 +239,19 @@ class RegisterBlocks:
 
     def _vector_block(self, code: Code, i: int, var: Var, u: int | None, v: int, mr: int, nr: int,
                       inner: list[int], ranges: dict[int, tuple[str, str]], first: str | None,
-                      masked: bool = False) -> None:
+                      masked: bool = False, flat: FlatPlan | None = None) -> None:
         """The register block with explicit vectors: acc[MR][NR/W] vectors stay in registers,
         operands along `v` are loaded as vectors, the others broadcast. `masked`: only `nv` of the
-        NR columns exist (the edge of the range); the others compute on zeros and are not stored."""
+        NR columns exist (the edge of the range); the others compute on zeros and are not stored.
+        `flat`: the columns are flat points `bf + vv` over rows and columns, loads masked by table."""
         node, space = self.domain.nodes[i], self.domain.spaces[i]
         value, init = node.results[0], space.init[0]
         width = self.dialect.vector_width
         lanes = nr // width
         vtype = self.dialect.vector_type
-        lvalue = self.buffers[value].lvalue(self.domain.compose_map(i, space.outputs[0]), var)
+        at_flat = (lambda start: lambda k: "0" if k == flat.w else (start if k == v else var(k))) if flat else None
+        out_var = at_flat("(bf + vv)") if flat else var
+        lvalue = self.buffers[value].lvalue(self.domain.compose_map(i, space.outputs[0]), out_var)
         code.line(f"{vtype} vacc[{mr}][{lanes}];")
         code.line(f"float row[{nr}];")
         start = init_literal(init, value.type.dtype)
@@ -247,7 +274,14 @@ class RegisterBlocks:
             cmap = self.domain.compose_map(i, amap)
             buf = self.buffers[operand]
             used = set() if isinstance(buf, ConstantBuffer) else {d for e in cmap.exprs for d, _ in e.terms}
-            if v in used:
+            if v in used and flat is not None:
+                table = flat.tables[n]
+                start = buf.lvalue(cmap, at_flat("bf"))
+                load = (f"{vtype} a{n}[{lanes}]; "
+                        f"tg_load_masks(a{n}, &{start}, &{table.name}[{table.index(nr, lanes)}], {lanes});")
+                names.append(f"a{n}[q]")
+                (per_row if u in used else per_lane).append(load)
+            elif v in used:
                 direct = (f"for (int64_t q = 0; q < {lanes}; ++q) "
                           f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));")
                 element = buf.element(cmap, var, self.extents)

@@ -118,7 +118,11 @@ def test_vector_micro_kernel_on_padded_and_strided_convolutions(stride):
     x, w = b.input("x", [1, 3, 9, 70]), b.param("w", [8, 3, 3, 3])
     b.output(b.relu(b.conv2d(x, w, stride=stride, padding=1)))
     compiled = check_backend(fast_build, b.graph, CPU)
-    assert "vacc[uu][q]" in compiled.source and "else if (mu == " in compiled.source  # masked edge
+    assert "vacc[uu][q]" in compiled.source
+    if stride == 1:  # 70-wide rows as input rows: folded into flat blocks
+        assert "tg_load_masks(a" in compiled.source
+    else:
+        assert "else if (mu == " in compiled.source  # masked edge
 
 
 NATIVE_FLAGS = "-O1 -march=native -fopenmp"  # the AVX-512 masked loads where the host has them
@@ -164,8 +168,42 @@ def test_convolutions_with_padding_dilation_groups_and_tails(flags, shape, weigh
     x, w, bias = b.input("x", list(shape)), b.param("w", list(weight)), b.param("b", [weight[0], 1, 1])
     b.output(b.relu(b.add(b.conv2d(x, w, **attrs), bias)))
     compiled = check_backend(cpp.build, b.graph, CPU, cxxflags=flags)
-    if attrs.get("stride", 1) == 1:
-        assert "tg_load_lanes(" in compiled.source.split("}  // namespace")[-1]
+    body = compiled.source.split("}  // namespace")[-1]
+    same = attrs.get("stride", 1) == 1 and compiled.program.graph.outputs[0].type.shape[-1] == shape[-1]
+    if same:  # output rows as wide as input rows: flat blocks over rows and columns
+        assert "tg_load_masks(a" in body and "static const uint16_t tgm" in body
+    elif attrs.get("stride", 1) == 1:
+        assert "tg_load_lanes(" in body
+
+
+@pytest.mark.parametrize("flags", [FAST_FLAGS, NATIVE_FLAGS])
+@pytest.mark.parametrize("shape,weight,attrs,reduce_tile", [
+    ((1, 3, 7, 9), (5, 3, 3, 3), dict(padding=1), None),  # 63 points: a partial last flat block
+    ((2, 4, 6, 13), (11, 4, 3, 3), dict(padding=2, dilation=2), None),  # 8 + 3 channels: scalar rows
+    ((1, 6, 5, 11), (9, 2, 3, 5), dict(padding=(1, 2), groups=3), None),
+    ((1, 8, 5, 7), (4, 8, 1, 1), dict(), None),  # no padding: only the range's end is masked
+    ((1, 5, 9, 10), (6, 5, 3, 3), dict(padding=1), 2),  # input channels in tiles of 2 (carried)
+])
+def test_flat_blocks_over_rows_and_columns(flags, shape, weight, attrs, reduce_tile):
+    """Stride-1 windows whose output rows are as wide as the input rows run flat blocks over
+    (row, column) with padding masks from a table; odd sizes, tails, dilation, groups."""
+    b = GraphBuilder("conv")
+    x, w = b.input("x", list(shape)), b.param("w", list(weight))
+    r = b.input("r", [shape[0], weight[0], shape[2], shape[3]])
+    b.output(b.relu(b.add(b.conv2d(x, w, **attrs), r)))
+    program = schedule(b.graph, CPU)
+    if reduce_tile:
+        (kernel,) = program.kernels
+        domain = kernel_domain_of(kernel)
+        tiles = dict(kernel.tiles)
+        channel = next(loop.name for loop in domain.loops if loop.kind == "reduction" and loop.extent == shape[1])
+        program = program.with_kernels([replace(kernel, tiles=tuple({**tiles, channel: reduce_tile}.items()))])
+    params = bound_params(b.graph, program)
+    inputs = reference.random_inputs(b.graph)
+    compiled = cpp.build(program, params, cxxflags=flags)
+    assert "tg_load_masks(a" in compiled.source
+    assert compiled.source == cpp.generate_source(program)  # deterministic
+    assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
 
 
 @pytest.mark.parametrize("flags", [FAST_FLAGS, NATIVE_FLAGS])
