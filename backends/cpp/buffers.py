@@ -195,3 +195,16 @@ class ConstantBuffer:
 
 
 Buffer = GlobalBuffer | LocalBuffer | ConstantBuffer
+
+
+def loops_read(buf: Buffer, amap: AffineMap) -> set[int]:
+    """The kernel loops a read through `amap` moves with (none for a literal constant)."""
+    if isinstance(buf, ConstantBuffer):
+        return set()
+    return {d for e in amap.exprs for d, _ in e.terms}
+
+
+def element_steps(buf: Buffer, amap: AffineMap) -> dict[int, int]:
+    """Elements of `buf`'s storage a read through `amap` advances per step of each loop."""
+    shape = buf.spans if isinstance(buf, LocalBuffer) else buf.value.type.shape
+    return linear(amap, row_major_strides(shape))[0]

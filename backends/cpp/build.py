@@ -3,8 +3,8 @@
 The compiler is `$CXX` (default `g++`), the flags `$CXXFLAGS` (default `-O3 -march=native
 -fopenmp -fno-trapping-math`) plus what a shared library needs. `-fno-trapping-math` changes no
 value (the code never reads floating-point exception flags); it lets GCC if-convert the selects in
-the prelude's exp/erf/tanh, without which loops calling them stay scalar. Libraries are cached under the user's cache
-directory (`$XDG_CACHE_HOME/tilegraph` or `~/.cache/tilegraph`, created private), keyed by a hash
+the prelude's exp/erf/tanh, without which loops calling them stay scalar. Libraries are cached
+under the user's cache directory (`$XDG_CACHE_HOME/tilegraph` or `~/.cache/tilegraph`, created private), keyed by a hash
 of compiler, flags and source; a build writes to a temporary name and renames, so concurrent
 builds of the same source are safe.
 """

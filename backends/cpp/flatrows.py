@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .buffers import ConstantBuffer, LocalBuffer, linear, row_major_strides
+from .buffers import element_steps, loops_read
 
 MAX_TABLE = 1 << 14  # mask entries per operand; larger tables fall back to row blocks
 
@@ -57,11 +57,6 @@ class FlatPlan:
 class FlatRows:
     """Planning of flattened blocks (mixed into the register-block emitter)."""
 
-    def _linear_of(self, value, cmap) -> dict[int, int]:
-        buf = self.buffers[value]
-        strides = row_major_strides(buf.spans) if isinstance(buf, LocalBuffer) else row_major_strides(value.type.shape)
-        return linear(cmap, strides)[0]
-
     def _flat_plan(self, i: int, ranges: dict[int, tuple[str, str]], keep: list[int], u: int | None,
                    v: int | None, mr: int, inner: list[int]) -> FlatPlan | None:
         """The flattened block for node i, or None when rows and columns do not fold (strided,
@@ -75,22 +70,22 @@ class FlatRows:
         if ev % width == 0 or not (full(w) and full(v)):
             return None
         node, space = self.domain.nodes[i], self.domain.spaces[i]
-        out = self._linear_of(node.results[0], self.domain.compose_map(i, space.outputs[0]))
+        out = element_steps(self.buffers[node.results[0]], self.domain.compose_map(i, space.outputs[0]))
         if out.get(w, 0) != ev * out.get(v, 0) or out.get(v, 0) == 0:
             return None
         total = ew * ev
-        nr = self._flat_nr(total, mr)
+        nr = self._vector_nr(total, mr)
         lanes = nr // width
         tables = {}
         for n, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
             cmap = self.domain.compose_map(i, amap)
             buf = self.buffers[operand]
-            used = set() if isinstance(buf, ConstantBuffer) else {d for e in cmap.exprs for d, _ in e.terms}
+            used = loops_read(buf, cmap)
             if v not in used:
                 if w in used:
                     return None
                 continue
-            coeffs = self._linear_of(operand, cmap)
+            coeffs = element_steps(buf, cmap)
             if coeffs.get(v) != 1 or coeffs.get(w, 0) != ev:
                 return None
             bounds = buf.bounds(cmap, self.extents)
@@ -105,13 +100,14 @@ class FlatRows:
                                   _masks(bounds, w, v, ev, total, nr, width, tuple(loops), extents))
         return FlatPlan(w, ev, total, nr, tables)
 
-    def _flat_nr(self, total: int, mr: int) -> int:
-        """Whole vectors per flat block, as `_pick_nr` splits a row: wider when MR is small,
-        split evenly over the flat range."""
+    def _vector_nr(self, span: int, mr: int) -> int:
+        """Whole vectors per register block over a range of `span` (a row, or a flat range): wider
+        when MR is capped below its size, so that MR x NR/W accumulators still hide the FMA
+        latency, and split evenly over the range, so the masked last block wastes few lanes."""
         width = self.dialect.vector_width
         cap = max(width, self.micro.nr * max(1, self.micro.mr // mr) // width * width)
-        blocks = -(-total // cap)
-        per_block = -(-total // blocks)
+        blocks = -(-span // cap)
+        per_block = -(-span // blocks)
         return -(-per_block // width) * width
 
 

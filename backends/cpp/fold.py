@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -27,11 +28,11 @@ class Folding:
     nodes: tuple[Node, ...]  # graph order
     inputs: tuple[Value, ...]  # folded values read by nodes that still run
 
-    @property
+    @cached_property
     def node_set(self) -> frozenset[Node]:
         return frozenset(self.nodes)
 
-    @property
+    @cached_property
     def values(self) -> frozenset[Value]:
         return frozenset(v for n in self.nodes for v in n.results)
 

@@ -19,7 +19,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.structured import Acc, AffineMap, Arg, Call, Const
 from tilegraph.ir.types import DType
 
-from .buffers import ConstantBuffer, LocalBuffer, Var, affine_text, linear, row_major_strides, store
+from .buffers import Var, affine_text, element_steps, loops_read, store
 from .code import Code
 from .flatrows import FlatPlan, FlatRows
 from .names import compute_type, init_literal
@@ -177,10 +177,8 @@ class RegisterBlocks(FlatRows):
             code.line("}")
 
     def _pick_nr(self, ranges: dict[int, tuple[str, str]], v: int | None, mr: int, vector: bool) -> int:
-        """The register block's width along `v`. Scalar blocks: NR capped by the range. Vector
-        blocks: whole vectors, wider when MR is capped below its size (so that MR x NR/W
-        accumulators still hide the FMA latency), split evenly over the range so the masked edge
-        block wastes as few lanes as it can."""
+        """The register block's width along `v`: NR capped by the range for scalar blocks, whole
+        vectors for vector blocks (`_vector_nr`)."""
         if v is None:
             return 1
         span = self._span(ranges, v)
@@ -188,10 +186,7 @@ class RegisterBlocks(FlatRows):
         if not vector:
             nr = min(self.micro.nr, span)
             return nr - nr % width if width and nr > width else nr
-        cap = max(width, self.micro.nr * max(1, self.micro.mr // mr) // width * width)
-        blocks = -(-span // cap)
-        per_block = -(-span // blocks)
-        return -(-per_block // width) * width
+        return self._vector_nr(span, mr)
 
     def _vectorizable(self, i: int, v: int | None) -> bool:
         """Whether the register block can use explicit vectors: an f32 sum-of-products body with
@@ -232,10 +227,7 @@ class RegisterBlocks(FlatRows):
 
     def _contiguous(self, value: Value, cmap: AffineMap, v: int) -> bool:
         """Whether `value` read through `cmap` is contiguous along loop v (unit stride)."""
-        buf = self.buffers[value]
-        strides = row_major_strides(buf.spans) if isinstance(buf, LocalBuffer) else row_major_strides(value.type.shape)
-        coeffs, _ = linear(cmap, strides)
-        return coeffs.get(v, 0) == 1
+        return element_steps(self.buffers[value], cmap).get(v, 0) == 1
 
     def _vector_block(self, code: Code, i: int, var: Var, u: int | None, v: int, mr: int, nr: int,
                       inner: list[int], ranges: dict[int, tuple[str, str]], first: str | None,
@@ -273,7 +265,7 @@ class RegisterBlocks(FlatRows):
         for n, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
             cmap = self.domain.compose_map(i, amap)
             buf = self.buffers[operand]
-            used = set() if isinstance(buf, ConstantBuffer) else {d for e in cmap.exprs for d, _ in e.terms}
+            used = loops_read(buf, cmap)
             if v in used and flat is not None:
                 table = flat.tables[n]
                 start = buf.lvalue(cmap, at_flat("bf"))
@@ -340,7 +332,7 @@ class RegisterBlocks(FlatRows):
         for n, (value, amap) in enumerate(zip(node.inputs, space.inputs)):
             cmap = self.domain.compose_map(i, amap)
             buf = self.buffers[value]
-            used = set() if isinstance(buf, ConstantBuffer) else {d for e in cmap.exprs for d, _ in e.terms}
+            used = loops_read(buf, cmap)
             text = buf.element(cmap, var, self.extents)
             ctype = compute_type(value.type.dtype, node.op)
             along_u, along_v = u in used, v in used

@@ -46,7 +46,7 @@ class NativeProgram(CompiledProgram):
         self._out_specs = [(v.type.shape, v.type.dtype.numpy) for v in generated.outputs]
         self._in_specs = [(v.type.shape, np.dtype(v.type.dtype.numpy)) for v in graph.inputs]
         self._fast_inputs = all(v.type.dtype is not DType.bf16 for v in graph.inputs)
-        self._direct = self._plain_outputs(program, generated)
+        self._direct = list(graph.outputs) == list(generated.outputs)  # each written once, in order
         self._arena_ptr = self._arena_pointer()
         if library is not None:
             # Idle OpenMP threads sleep instead of spinning (unless the user chose): spinning
@@ -67,11 +67,6 @@ class NativeProgram(CompiledProgram):
     def _arena_pointer(self) -> int:
         address = self._arena.ctypes.data
         return address + (-address % 64)
-
-    @staticmethod
-    def _plain_outputs(program: Program, generated: Generated) -> bool:
-        """Whether the graph outputs are exactly the written outputs, each once, in order."""
-        return list(program.graph.outputs) == list(generated.outputs)
 
     def __call__(self, *inputs) -> list[np.ndarray]:
         """Arrays already of the graph's shapes and dtypes (C order) go straight to `execute`; the

@@ -1,8 +1,9 @@
 """A whole Program as one translation unit: prelude, one function per kernel, the entry point.
 
 The entry point `tg_run(ins, outs, arena)` takes the graph inputs, the parameters (in
-`graph.params` order) and the folded values (`fold.py`) in `ins`, the kernel-produced graph outputs in `outs`, and the arena that
-holds every tensor passed between kernels; it returns 0, or 1 when a gather index was out of range.
+`graph.params` order) and the folded values (`fold.py`) in `ins`, the kernel-produced graph
+outputs in `outs`, and the arena that holds every tensor passed between kernels; it returns 0, or
+1 when a gather index was out of range.
 Generated text depends only on the Program and the options, so it is byte-identical across runs.
 """
 from __future__ import annotations
@@ -55,9 +56,8 @@ def written_outputs(program: Program) -> tuple[Value, ...]:
 def kernel_operands(kernel: Kernel, folding: Folding) -> tuple[list[Value], list[Value]]:
     """(read, written) tensors of a kernel's function: its inputs plus the folded values its nodes
     would have computed, and its outputs less those folded values."""
-    folded = folding.values
-    inside = [v for n in kernel.nodes for v in n.results if v in folded and v in folding.inputs]
-    return list(kernel.inputs) + inside, [v for v in kernel.outputs if v not in folded]
+    inside = [v for n in kernel.nodes for v in n.results if v in folding.inputs]
+    return list(kernel.inputs) + inside, [v for v in kernel.outputs if v not in folding.values]
 
 
 def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroKernel,

@@ -91,16 +91,14 @@ def operand_reads(gemm: Gemm, rows: int, cols: int, dataflow: str, ifmap_bytes: 
     streamed. The os filter's column slice is reused across the row folds unless the slice exceeds
     the buffer; an operand indexed by both (ws filter, is ifmap) is read once. Per GEMM repeat.
     """
-    r_folds = math.ceil(spatio_temporal(gemm, dataflow)[0] / rows)
-    c_folds = math.ceil(spatio_temporal(gemm, dataflow)[1] / cols)
+    spatial_rows, spatial_cols, _ = spatio_temporal(gemm, dataflow)
+    r_folds, c_folds = math.ceil(spatial_rows / rows), math.ceil(spatial_cols / cols)
     a, b = ifmap_bytes // gemm.repeats, filter_bytes // gemm.repeats
     if dataflow == "os":
         sweep = a + (math.ceil(a / capacity) - 1) * (halo_bytes // gemm.repeats)
         a_reads, b_reads = (c_folds * sweep if a > capacity else a), b * (r_folds if b / c_folds > capacity else 1)
     elif dataflow == "ws":
         a_reads, b_reads = (c_folds * max(a, gemm.m * gemm.k * word_bytes) if a > capacity else a), b
-    elif dataflow == "is":
+    else:  # is (spatio_temporal refused any other dataflow)
         a_reads, b_reads = a, b * (c_folds if b > capacity else 1)
-    else:
-        raise ValueError(f"unknown dataflow {dataflow!r} (ws, os, is)")
     return a_reads * gemm.repeats, b_reads * gemm.repeats

@@ -211,15 +211,15 @@ def lower(program: Program, accel: Accelerator) -> Lowered:
         raw.append(dict(fields, deps=deps))
         return len(raw) - 1
 
-    read_ports: dict[tuple[int, str], str] = {}  # calc: (kernel, tensor) -> its read port
+    read_ports: dict[int, dict[str, str]] = defaultdict(dict)  # calc: kernel -> tensor -> its read port
 
     def dma_unit(kind: str, g: int, tensor: str) -> str:
         nonlocal dma_count
         if accel.dram_model == "calc":
             if kind == "store":
                 return "wr"
-            mine = [t for k, t in read_ports if k == steps[g].kernel]
-            return read_ports.setdefault((steps[g].kernel, tensor), f"rd{len(mine)}")
+            ports = read_ports[steps[g].kernel]
+            return ports.setdefault(tensor, f"rd{len(ports)}")
         dma_count += 1
         return f"dma{(dma_count - 1) % accel.dma_engines}"
 

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .scalesim_config import ConvLayer, ScaleSimConfig, topology_text
@@ -124,8 +124,6 @@ def _layer(compute: list[float], access: list[float]) -> ScaleSimLayer:
 def run_scalesim(layers: list[ConvLayer] | tuple[ConvLayer, ...], config: ScaleSimConfig,
                  dataflows: tuple[str, ...] = ("os", "ws", "is")) -> dict[str, ScaleSimRun]:
     """SCALE-Sim's reports for every layer under each dataflow (config's other fields as given)."""
-    from dataclasses import replace
-
     python = scalesim_python()
     with tempfile.TemporaryDirectory() as tmp:
         topo, layout, spec = Path(tmp, "topo.csv"), Path(tmp, "layout.csv"), Path(tmp, "spec.json")
