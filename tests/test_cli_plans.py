@@ -33,6 +33,19 @@ def test_compile_emits_a_program_that_parses_back(capsys, tmp_path):
     assert [p.name for p in sorted((tmp_path / "dump").iterdir())][:2] == ["00_input.tgir", "01_canonicalize.tgir"]
 
 
+def test_every_command_reads_the_program_that_compile_writes(capsys, tmp_path):
+    program_file = tmp_path / "block.tgir"
+    code, _, err = cli(capsys, "compile", BLOCK, "--emit", "tgir", "-o", program_file)
+    assert code == 0, err
+    assert "kernels {" in program_file.read_text()
+    code, out, err = cli(capsys, "check", program_file)
+    assert code == 0 and "@main: valid" in out, err
+    code, _, err = cli(capsys, "run", program_file, "--seed", "1", "-o", tmp_path / "y.npz")
+    assert code == 0 and (tmp_path / "y.npz").exists(), err
+    code, _, err = cli(capsys, "check", program_file, "--entry", "main")
+    assert code == 2 and "--entry applies to .tg files only" in err
+
+
 def test_memplan_pipeline_takes_the_tiling_targets_capacity(capsys):
     code, out, _ = cli(capsys, "compile", BLOCK, "--pipeline", "canonicalize,fuse,tile{target=accel-small},memplan")
     assert code == 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tilegraph.ir import Graph, TilegraphError
+from tilegraph.ir import Graph
 from tilegraph.ir.program import Program
 
 DEFAULT_TARGET = "accel-small"
@@ -16,17 +16,11 @@ def default_pipeline(target: str = DEFAULT_TARGET) -> str:
 
 def load_program(path: str | Path, entry: str | None = None) -> Program:
     """A Program from a file: `.tgir` keeps its kernel annotations, `.tg` starts unfused."""
-    from tilegraph.loading import attach_params, load_graph, read_text
+    from tilegraph.loading import load_graph, load_tgir
 
     path = Path(path)
     if path.suffix == ".tgir":
-        from tilegraph.ir.program_text import parse_program
-
-        if entry is not None:
-            raise TilegraphError(f"{path}: --entry applies to .tg files only")
-        program = parse_program(read_text(path), filename=str(path))
-        attach_params(program.graph, path)
-        return program
+        return load_tgir(path, entry)
     return Program.unfused(load_graph(path, entry))
 
 

@@ -7,26 +7,35 @@ from pathlib import Path
 import numpy as np
 
 from tilegraph.ir import Graph, InputError, TilegraphError
+from tilegraph.ir.program import Program
 
 SOURCE_SUFFIXES = (".tg", ".tgir")
 
 
 def load_graph(path: str | Path, entry: str | None = None) -> Graph:
-    """Parse a model file, choosing the parser by extension."""
+    """Parse a model file, choosing the parser by extension; a scheduled Program's `.tgir` (as
+    `tilegraph compile --emit tgir` writes it) gives its graph."""
     path = Path(path)
     if path.suffix not in SOURCE_SUFFIXES:
         raise TilegraphError(f"{path}: unknown file type {path.suffix or '(none)'}; "
                              f"expected one of {', '.join(SOURCE_SUFFIXES)}")
-    text = read_text(path)
     if path.suffix == ".tg":
         from tilegraph.frontends.dsl import parse
 
-        return parse(text, filename=str(path), entry=entry)
+        return parse(read_text(path), filename=str(path), entry=entry)
+    return load_tgir(path, entry).graph
+
+
+def load_tgir(path: Path, entry: str | None = None) -> Program:
+    """A `.tgir` file as a Program (a bare function is the unfused Program of its graph), with the
+    parameter values saved beside it."""
     if entry is not None:
         raise TilegraphError(f"{path}: --entry applies to .tg files only")
-    from tilegraph.ir.text import parse_graph
+    from tilegraph.ir.program_text import parse_program
 
-    return attach_params(parse_graph(text, filename=str(path)), path)
+    program = parse_program(read_text(path), filename=str(path))
+    attach_params(program.graph, path)
+    return program
 
 
 def params_sidecar(path: Path) -> Path:
