@@ -102,6 +102,9 @@ def compile_kernels_isolated(generated: GeneratedModule, arch: int = 90, warp_si
 
     from tilegraph.ir import TilegraphError
 
+    if importlib.util.find_spec("triton") is None:
+        raise TilegraphError(f"compiling for sm_{arch} needs the Python package 'triton' "
+                             "(pip install 'tilegraph[triton]'); generating source does not")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "generated.py"
         path.write_text(generated.text)

@@ -284,6 +284,18 @@ def test_kernels_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
 HOSTILE = ['x"; import os; os.system("echo pwned") #', "k\n@triton.jit", "a b\\c'", "\u00e9t\u00e9", "__import__"]
 
 
+def test_aot_without_triton_says_what_is_missing(monkeypatch):
+    import importlib.util
+
+    from tilegraph.backends.triton import hopper
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    fn = tilegraph.compile(parse(CASES["softmax"]), target="triton")
+    with pytest.raises(TilegraphError, match=r"sm_90 needs the Python package 'triton'"):
+        hopper.compile_kernels_isolated(fn.generated, arch=90)
+
+
 def test_mangle_gives_safe_distinct_identifiers():
     seen = set()
     for name in HOSTILE + ["plain", "plain_", "plain_x5f_"]:
