@@ -1,0 +1,189 @@
+"""The partition bound: a traffic lower bound over every order for graphs too big for the free-order model.
+
+Cut the kernels into parts (consecutive runs of a topological order). A tensor is *internal* to a
+part when all its users (producer and consumers) are in it. Take any plan of the whole graph and
+look only at one part's steps, in the plan's order (an order of the part's kernels respecting
+reachability in the whole graph): an internal tensor resident at two consecutive of these steps
+without a reload in between is kept in this restricted plan, and at each step the running kernel's
+whole working set plus the resident internal tensors fit in the capacity. So the traffic the plan
+pays on the part's internal tensors is at least the optimum, over the part's orders, of the part's
+subproblem where every other tensor (external) only occupies its bytes at the steps of the part's
+kernels that use it, for free. Internal sets are disjoint, so the sum of the parts' bounds (each from
+the free-order capacity model of the part, its proven bound if not solved) bounds the traffic of all
+internal tensors; the forced-live cover restricted to the other tensors (`cover_bound(exclude=...)`)
+bounds theirs, and the two add up. Tensors internal to no part but forced live in the kernels of at
+most `spread` parts can instead occupy those parts, which are charged shares of their cost.
+
+Not used by `plan_memory`: on the benchmark's random graphs it adds little to the cover bound, whose
+long-range tensors dominate (rand300 at the smallest capacity 96256 -> 102400 B without weights,
+289792 -> 302080 B with; rand80 without weights 58368 -> 74752 B; the other capacities unchanged).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+from .bounds import _bitsets, cover_bound, forced_live
+from .cpsat import SolverConfig, size_unit
+from .free_order import solve_free_order
+from .problem import MemoryProblem, TensorKind
+from .solution import gap_cost, store_cost
+
+
+@dataclass(frozen=True)
+class _PartProblem(MemoryProblem):
+    """A MemoryProblem whose precedence also has the edges `order_preds` (reachability through kernels
+    outside the part), so its orders are exactly the restrictions of the whole graph's orders."""
+
+    order_preds: tuple[tuple[int, ...], ...] = ()
+
+    @cached_property
+    def preds(self) -> tuple[tuple[int, ...], ...]:
+        return self.order_preds
+
+
+@dataclass(frozen=True)
+class PartitionBound:
+    bound: int  # parts + cross cover, valid for every order
+    parts: tuple[int, ...]  # each part's bound on its internal tensors' traffic
+    cross: int  # cover bound on the tensors internal to no part
+    proven: int  # parts solved to optimality
+    wall: float
+
+
+def parts_of(order, part_size: int) -> list[list[int]]:
+    """Consecutive runs of `order`, of about `part_size` kernels each (equal lengths)."""
+    order = list(order)
+    n = max(1, round(len(order) / max(1, part_size)))
+    bounds = [round(j * len(order) / n) for j in range(n + 1)]
+    return [order[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def internal_tensors(problem: MemoryProblem, part: list[int]) -> list[int]:
+    """Tensors whose users are all in `part` (and which have users)."""
+    inside = set(part)
+    found = {i for k in part for i in problem.io[k]}
+    return sorted(i for i in found if all(u in inside for u in problem.users[i]))
+
+
+def subproblem(problem: MemoryProblem, part: list[int], desc: list[int] | None = None) -> tuple[MemoryProblem, list[int]]:
+    """The part's subproblem and its internal tensors (the subproblem's first tensors, in that order).
+
+    Internal tensors keep their size and kind; every use of an external tensor becomes an input read by
+    that kernel only (one use, so its only load is the compulsory first one: it costs nothing).
+    """
+    if desc is None:
+        desc = _bitsets(problem)[1]
+    ks = sorted(part)  # kernel ids are topological: so are the part's, in id order
+    local = {k: j for j, k in enumerate(ks)}
+    internal = internal_tensors(problem, ks)
+    tid = {i: j for j, i in enumerate(internal)}
+    names = [problem.tensor_names[i] for i in internal]
+    sizes = [problem.sizes[i] for i in internal]
+    kinds = [problem.kinds[i] for i in internal]
+    outs = [problem.is_output[i] for i in internal]
+    k_in, k_out = [], []
+    for k in ks:
+        ins = [tid[i] for i in problem.kernel_inputs[k] if i in tid]
+        for i in problem.io[k]:
+            if i not in tid:
+                ins.append(len(names))
+                names.append(f"{problem.tensor_names[i]}@{problem.kernel_names[k]}")
+                sizes.append(problem.sizes[i])
+                kinds.append(TensorKind.INPUT)
+                outs.append(False)
+        k_in.append(tuple(dict.fromkeys(ins)))
+        k_out.append(tuple(tid[i] for i in problem.kernel_outputs[k] if i in tid))
+    # precedence: reachability in the whole graph among the part's kernels, transitively reduced
+    mask = 0
+    for k in ks:
+        mask |= 1 << k
+    reach = {k: desc[k] & mask for k in ks}
+    preds: list[list[int]] = [[] for _ in ks]
+    for a in ks:
+        implied = 0
+        for c in _bits(reach[a]):
+            implied |= reach[c]
+        for b in _bits(reach[a] & ~implied):
+            preds[local[b]].append(local[a])
+    sub = _PartProblem(tuple(names), tuple(sizes), tuple(kinds), tuple(outs),
+                       tuple(problem.kernel_names[k] for k in ks), tuple(k_in), tuple(k_out),
+                       order_preds=tuple(tuple(sorted(p)) for p in preds))
+    return sub, internal
+
+
+def _bits(mask: int):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def shared_occupants(problem: MemoryProblem, parts: list[list[int]], charged: set[int], spread: int = 1
+                     ) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    """Per part, the tensors internal to no part that are live in every order at some of its kernels
+    (in at most `spread` parts; they are added to `charged`), as `solve_free_order` occupants (size,
+    share of the cost, local kernels). A tensor's cost (a reload plus its spill) is split between the
+    parts in proportion to its forced-live kernels there: never evicted, it occupies them all; evicted,
+    it pays at least the sum of the shares."""
+    g = size_unit(problem)
+    where = {}
+    for j, part in enumerate(parts):
+        for n, k in enumerate(sorted(part)):
+            where[k] = (j, n)
+    live_at: dict[int, dict[int, list[int]]] = {}
+    for k, live in enumerate(forced_live(problem)):
+        for i in live:
+            if i not in charged:
+                j, n = where[k]
+                live_at.setdefault(i, {}).setdefault(j, []).append(n)
+    out: list[list[tuple[int, int, tuple[int, ...]]]] = [[] for _ in parts]
+    for i, by_part in live_at.items():
+        if len(by_part) > spread:
+            continue
+        charged.add(i)
+        units = (gap_cost(problem, i) + store_cost(problem, i)) // g
+        total = sum(len(v) for v in by_part.values())
+        shares = {j: units * len(v) // total for j, v in by_part.items()}
+        top = max(by_part, key=lambda j: (len(by_part[j]), -j))
+        shares[top] += units - sum(shares.values())
+        for j, v in by_part.items():
+            if shares[j]:
+                out[j].append((problem.sizes[i], shares[j] * g, tuple(v)))
+    return out
+
+
+def partition_bound(problem: MemoryProblem, capacity: int, *, part_size: int = 40, time_limit: float = 10.0,
+                    order=None, config: SolverConfig = SolverConfig(), spread: int = 1,
+                    cover_time: float | None = None) -> PartitionBound:
+    """Lower bound on the non-compulsory traffic of every order: parts of `part_size` consecutive kernels
+    of `order` (default: the kernel ids) each bounded by the free-order model within a share of
+    `time_limit` (by part size). With `split`, the tensors internal to no part occupy the parts where
+    they are live in every order, each part charged a share of their cost; else they are bounded apart
+    by the forced-live cover."""
+    start = time.perf_counter()
+    deadline = start + time_limit
+    order = tuple(range(problem.num_kernels)) if order is None else tuple(order)
+    parts = parts_of(order, part_size) if order else []
+    desc = _bitsets(problem)[1]
+    built = [subproblem(problem, part, desc) for part in parts]
+    charged = {i for _, internal in built for i in internal}
+    occupants = shared_occupants(problem, parts, charged, spread) if spread else [[] for _ in parts]
+    cover_time = min(1.0, 0.1 * time_limit) if cover_time is None else cover_time
+    results, proven = [], 0
+    left_kernels = len(order)
+    for part, (sub, internal), extra in zip(parts, built, occupants):
+        budget = max(0.05, (deadline - cover_time - time.perf_counter()) * len(part) / max(1, left_kernels))
+        left_kernels -= len(part)
+        if not extra and not any(len(sub.users[i]) > 1 for i in range(len(internal))):
+            results.append(0)  # nothing can cost
+            proven += 1
+            continue
+        res = solve_free_order(sub, capacity, time_limit=budget, config=config, optional=tuple(extra))
+        results.append(max(0, res.bound))
+        proven += res.status == "optimal"
+    cross = cover_bound(
+        problem, capacity, time_limit=max(0.05, min(cover_time, deadline - time.perf_counter())),
+        config=config, exclude=frozenset(charged))
+    return PartitionBound(sum(results) + cross, tuple(results), cross, proven, time.perf_counter() - start)
