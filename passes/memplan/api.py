@@ -4,8 +4,9 @@ Stages (each keeps the best plan so far, so the answer is never worse than the h
 1. TFLite-style heuristics on a few topological orders (the warm start and the baseline).
 2. Free order, at most `free_order_limit` kernels or `free_order_cells` model variables: the
    time-indexed capacity-only model gives a bound for every order and an order with replacement
-   decisions. Else, up to `band_limit` kernels: the same model restricted to orders near the best
-   one (a band of steps), for better orders only.
+   decisions. Else, up to `band_limit` kernels: the partition bound (the same model on parts of the
+   graph, linked by the tensors crossing parts; a bound for every order), then the model restricted
+   to orders near the best one (a band of steps), for better orders only.
 3. For the chosen order(s): the capacity-only fixed-order model (bound for the order), placement of
    its decisions with `NoOverlap2D`; if that does not place, the joint model (small graphs) or the
    windowed joint model (large graphs), warm-started from the incumbent.
@@ -33,6 +34,7 @@ from .cpsat import SolverConfig, solve_fixed
 from .free_order import model_cells, solve_free_order
 from .heuristics import heuristic_plans
 from .orders import candidate_orders, program_order
+from .partition import joint_partition_bound
 from .problem import MemoryProblem, MemplanError, from_program, peak_live
 from .solution import Solution, Timeline, compulsory, to_plan_parts, traffic
 from .windowed import improve_windowed
@@ -70,6 +72,8 @@ class Options:
     band_limit: int = 300  # largest graph for the banded free-order search (orders near the best one)
     band: int = 4  # steps each kernel may move from its place in the best order, per banded solve
     band_share: float = 0.85  # of the time left after the heuristics: the banded search
+    partition_share: float = 0.25  # graphs too big for free order (up to band_limit): the partition bound
+    partition_size: int = 20  # kernels per part of the partition bound
     config: SolverConfig = SolverConfig()
 
 
@@ -206,8 +210,15 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
         if not search.done():
             _explore_orders(search, capacity, options, explored,
                             until=search.left() * (1 - options.explore_share), joint=False)
-    elif order == "free" and K <= options.band_limit:  # too big for all orders: orders near the best one,
-        until = search.left() * (1 - options.band_share)  # starting from the best order's own optimum
+    elif order == "free" and K <= options.band_limit:  # too big for all orders: a bound from parts of the graph,
+        if options.partition_share > 0:  # then orders near the best one, starting from the best order's own optimum
+            value = joint_partition_bound(problem, capacity, part_size=options.partition_size,
+                                          time_limit=search.take(options.partition_share * search.left()), config=cfg)
+            search.raise_bound(value, "partition bound")
+            search.stats["partition_bound"] = value
+            if search.done():
+                return _make_plan(problem, capacity, search, baseline, order, weights)
+        until = search.left() * (1 - options.band_share)
         _improve_order(search, capacity, search.best.order, options, free=True, share=0.3)
         _band_search(search, capacity, options, until=until)
     # 3. the joint model on the best order so far, then on the heuristic orders

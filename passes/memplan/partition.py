@@ -14,19 +14,25 @@ internal tensors; the forced-live cover restricted to the other tensors (`cover_
 bounds theirs, and the two add up. Tensors internal to no part but forced live in the kernels of at
 most `spread` parts can instead occupy those parts, which are charged shares of their cost.
 
-Not used by `plan_memory`: on the benchmark's random graphs it adds little to the cover bound, whose
-long-range tensors dominate (rand300 at the smallest capacity 96256 -> 102400 B without weights,
-289792 -> 302080 B with; rand80 without weights 58368 -> 74752 B; the other capacities unchanged).
+On the benchmark's random graphs the separate parts add little to the cover bound, whose long-range
+tensors dominate (rand300 at the smallest capacity 96256 -> 102400 B without weights, 289792 ->
+302080 B with; the other capacities unchanged). `joint_partition_bound`, which `plan_memory` uses for
+graphs too big for the free-order model, puts all the parts in one CP-SAT model linked by one eviction
+flag per cross-part tensor, with the cover rows: rand300 without weights 96256 -> 121856, 48128 ->
+56320, 15360 -> 27648 B, with weights 289792 -> 316416 B, in 15 s (8 workers).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import cached_property
 
 from .bounds import _bitsets, cover_bound, forced_live
-from .cpsat import SolverConfig, size_unit
-from .free_order import solve_free_order
+from ortools.sat.python import cp_model
+
+from .cpsat import SolverConfig, configure, size_unit
+from .free_order import _broad_portfolio, solve_free_order
 from .problem import MemoryProblem, TensorKind
 from .solution import gap_cost, store_cost
 
@@ -187,3 +193,145 @@ def partition_bound(problem: MemoryProblem, capacity: int, *, part_size: int = 4
         problem, capacity, time_limit=max(0.05, min(cover_time, deadline - time.perf_counter())),
         config=config, exclude=frozenset(charged))
     return PartitionBound(sum(results) + cross, tuple(results), cross, proven, time.perf_counter() - start)
+
+
+def _add_part(model: cp_model.CpModel, sub: MemoryProblem, cap: int, g: int, shared: dict[int, object],
+              occupants: list[tuple[int, int, tuple[int, ...]]], evicted: dict[int, object]) -> tuple[list, int]:
+    """The free-order capacity model of one part (as `solve_free_order` builds it) inside `model`; the
+    occupants (tensor, size, local kernels) share their eviction flag `shared[tensor]` across parts.
+    `evicted[i]` (subproblem tensor) may be 1 only if the tensor is reloaded.
+    Returns the objective terms (units) and the constant (minus the compulsory first loads)."""
+    T = K = sub.num_kernels
+    n_anc, n_desc = _count_bits(sub)
+    asap, alap = n_anc, [T - 1 - d for d in n_desc]
+    one, zero = model.NewConstant(1), model.NewConstant(0)
+    d = []
+    for k in range(K):
+        row = [zero if t < asap[k] else one if t >= alap[k] else model.NewBoolVar("") for t in range(T)]
+        for t in range(asap[k] + 1, alap[k]):
+            model.AddImplication(row[t - 1], row[t])
+        d.append(row)
+    for t in range(T - 1):
+        model.Add(sum(d[k][t] for k in range(K)) == t + 1)
+    for k in range(K):
+        for p in sub.preds[k]:
+            for t in range(asap[k], alap[k]):
+                if t == 0:
+                    model.Add(d[k][t] == 0)
+                else:
+                    model.AddImplication(d[k][t], d[p][t - 1])
+
+    def x(k: int, t: int):
+        return d[k][t] - (d[k][t - 1] if t > 0 else 0)
+
+    objective, const = [], 0
+    occupancy: list[list] = [[] for _ in range(T)]
+    for i in range(sub.num_tensors):
+        users = sub.users[i]
+        if not users:
+            continue
+        s = sub.sizes[i] // g
+        if len(users) == 1:  # resident at its one step only (more only costs): no variables
+            k = users[0]
+            for t in range(asap[k], alap[k] + 1):
+                occupancy[t].append((s, x(k, t)))
+            continue
+        lo, hi = min(asap[k] for k in users), max(alap[k] for k in users)
+        prod = sub.producer[i]
+        r = {t: model.NewBoolVar("") for t in range(lo, hi + 1)}
+        loads = []
+        for t in range(lo, hi + 1):
+            for k in users:
+                if asap[k] <= t <= alap[k]:
+                    model.Add(r[t] >= x(k, t))
+            if prod >= 0 and t < alap[prod]:
+                model.Add(r[t] <= d[prod][t])
+            lt = model.NewBoolVar("")
+            prev = r[t - 1] if t - 1 in r else 0
+            created = x(prod, t) if prod >= 0 and asap[prod] <= t <= alap[prod] else 0
+            model.Add(lt >= r[t] - prev - created)
+            loads.append(lt)
+            occupancy[t].append((s, r[t]))
+        objective += [(s, lt) for lt in loads]
+        first = 0 if sub.kinds[i] is TensorKind.INTERMEDIATE else 1
+        const -= s * first
+        if i in evicted:
+            model.Add(evicted[i] <= sum(loads) - first)
+        if store_cost(sub, i):
+            st = model.NewBoolVar("")
+            for lt in loads:
+                model.AddImplication(lt, st)
+            objective.append((s, st))
+    for i, size, kernels in occupants:
+        for t in range(T):
+            here = [k for k in kernels if asap[k] <= t <= alap[k]]
+            if here:
+                y = model.NewBoolVar("")
+                model.Add(y >= sum(x(k, t) for k in here) - shared[i])
+                occupancy[t].append((size // g, y))
+    for t in range(T):
+        if sum(s for s, _ in occupancy[t]) > cap:
+            model.Add(sum(s * v for s, v in occupancy[t]) <= cap)
+    return objective, const
+
+
+def _count_bits(problem: MemoryProblem) -> tuple[list[int], list[int]]:
+    anc, desc = _bitsets(problem)
+    return [bin(a).count("1") for a in anc], [bin(b).count("1") for b in desc]
+
+
+def joint_partition_bound(problem: MemoryProblem, capacity: int, *, part_size: int = 30, time_limit: float = 10.0,
+                          order=None, config: SolverConfig = SolverConfig()) -> int:
+    """The parts' free-order models in one CP-SAT model, linked by one eviction flag per tensor internal
+    to no part: never evicted, it occupies every part's steps where it is live in every order; evicted,
+    it pays a reload and its spill once. Lower bound on the traffic of every order, at least the
+    partition bound's and (up to the time limit) the cover bound's."""
+    order = tuple(range(problem.num_kernels)) if order is None else tuple(order)
+    if not order:
+        return 0
+    g = size_unit(problem)
+    cap = capacity // g
+    parts = parts_of(order, part_size)
+    desc = _bitsets(problem)[1]
+    built = [subproblem(problem, part, desc) for part in parts]
+    charged = {i for _, internal in built for i in internal}
+    where = {}
+    for j, part in enumerate(parts):
+        for n, k in enumerate(sorted(part)):
+            where[k] = (j, n)
+    live_at: dict[int, dict[int, list[int]]] = {}
+    for k, live in enumerate(forced_live(problem)):
+        for i in live:
+            if i not in charged:
+                j, n = where[k]
+                live_at.setdefault(i, {}).setdefault(j, []).append(n)
+    model = cp_model.CpModel()
+    shared = {i: model.NewBoolVar("") for i in live_at}
+    objective = [((gap_cost(problem, i) + store_cost(problem, i)) // g, z) for i, z in shared.items()]
+    const = 0
+    # the cover rows, redundant but a stronger relaxation: at each kernel, the bytes live in every order
+    # and not evicted fit next to its working set
+    flag = dict(shared)
+    for k, live in enumerate(forced_live(problem)):
+        excess = problem.working_sets[k] // g + sum(problem.sizes[i] // g for i in live) - cap
+        if excess > 0:
+            for i in live:
+                if i not in flag:
+                    flag[i] = model.NewBoolVar("")
+            model.Add(sum((problem.sizes[i] // g) * flag[i] for i in live) >= excess)
+    for j, (sub, internal) in enumerate(built):
+        occ = [(i, problem.sizes[i], tuple(by[j])) for i, by in live_at.items() if j in by]
+        evicted = {n: flag[i] for n, i in enumerate(internal) if i in flag}
+        terms, c = _add_part(model, sub, cap, g, shared, occ, evicted)
+        objective += terms
+        const += c
+    model.Minimize(sum(c * v for c, v in objective))
+    solver = cp_model.CpSolver()
+    configure(solver, time_limit, config)
+    _broad_portfolio(solver, config, problem.num_kernels)  # 8 workers prove far more than 2 here too
+    status = solver.Solve(model)
+    if status == cp_model.OPTIMAL:
+        return max(0, int(round(solver.ObjectiveValue())) + const) * g
+    if status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+        return max(0, int(math.ceil(solver.BestObjectiveBound() - 1e-6)) + const) * g
+    return 0

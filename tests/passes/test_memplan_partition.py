@@ -8,7 +8,7 @@ from tilegraph.passes.memplan.bounds import cover_bound
 from tilegraph.passes.memplan.cpsat import SolverConfig
 from tilegraph.passes.memplan.free_order import solve_free_order
 from tilegraph.passes.memplan.generators import random_dag
-from tilegraph.passes.memplan.partition import parts_of, partition_bound, subproblem
+from tilegraph.passes.memplan.partition import joint_partition_bound, parts_of, partition_bound, subproblem
 
 from .test_memplan_exact import brute_force, tiny
 
@@ -24,6 +24,7 @@ def test_partition_bound_never_exceeds_brute_force(seed, kernels, weights, extra
     expected = brute_force(problem, capacity, True)
     result = partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG, spread=spread)
     assert result.bound <= expected
+    assert joint_partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG) <= expected
 
 
 @settings(max_examples=25, deadline=None)
@@ -42,6 +43,8 @@ def test_partition_bound_never_exceeds_capacity_only_optimum(seed, kernels, weig
     result = partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG, spread=spread,
                              order=order)
     assert result.bound <= exact.objective
+    joint = joint_partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG, order=order)
+    assert joint <= exact.objective
 
 
 @settings(max_examples=10, deadline=None)
@@ -54,6 +57,9 @@ def test_one_part_is_the_free_order_model(seed, kernels, weights, extra):
     result = partition_bound(problem, capacity, part_size=kernels, time_limit=10, config=CONFIG)
     if exact.status == "optimal" and result.proven == 1:
         assert result.bound == exact.objective
+    joint = joint_partition_bound(problem, capacity, part_size=kernels, time_limit=10, config=CONFIG)
+    if exact.status == "optimal":
+        assert joint <= exact.objective
 
 
 def test_subproblem_external_tensors_are_free_and_order_follows_the_graph():
@@ -85,3 +91,29 @@ def test_partition_bound_beats_the_cover_bound():
     result = partition_bound(problem, capacity, part_size=10, time_limit=10, config=CONFIG, spread=0)
     assert result.proven == 3
     assert result.bound > cover  # 36864 against 24576 B
+
+
+def test_joint_partition_bound_beats_both():
+    """One model for all parts, linked by the cross-part tensors' eviction flags: above the cover bound
+    and the separate parts' bound on a fixed instance."""
+    problem = random_dag(80, 80)
+    capacity = 33024  # the benchmark's rand80 at step 0.25
+    cover = cover_bound(problem, capacity, config=CONFIG)
+    parts = partition_bound(problem, capacity, part_size=20, time_limit=10, config=CONFIG, spread=0).bound
+    joint = joint_partition_bound(problem, capacity, part_size=20, time_limit=20, config=CONFIG)
+    assert joint > max(cover, parts)  # 12288 against 6144 B
+
+
+def test_plan_memory_uses_the_partition_bound_when_free_order_is_too_big():
+    from tilegraph.passes.memplan import check_plan, solve_problem
+    from tilegraph.passes.memplan.api import Options
+
+    problem = random_dag(80, 80)
+    capacity = 33024
+    options = Options(free_order_limit=20, free_order_cells=0, config=CONFIG)  # as if 80 kernels were many
+    plan = solve_problem(problem, capacity, time_limit=8, options=options)
+    check_plan(problem, plan)
+    stats = dict(plan.stats)
+    assert "partition_bound" in stats
+    assert stats["cover_bound"] <= plan.bounds.traffic <= plan.traffic
+    assert plan.bounds.traffic >= min(plan.traffic, stats["partition_bound"])
