@@ -52,23 +52,15 @@ def forced_live(problem: MemoryProblem) -> list[list[int]]:
 
 
 def cover_bound(problem: MemoryProblem, capacity: int, *, time_limit: float = 1.0,
-                config: SolverConfig = SolverConfig(), exclude: frozenset[int] = frozenset()) -> int:
-    """The forced-live cover lower bound on non-compulsory traffic, in bytes (0 when nothing is forced).
-
-    With `exclude`, the traffic of those tensors only is left out: each row counts them as evicted
-    (the weakest assumption), so the result bounds the traffic of the other tensors and adds to any
-    bound on the excluded ones' (the partition bound does this).
-    """
+                config: SolverConfig = SolverConfig()) -> int:
+    """The forced-live cover lower bound on non-compulsory traffic, in bytes (0 when nothing is forced)."""
     g = size_unit(problem)
     cap = capacity // g
     rows = []
     for k, live in enumerate(forced_live(problem)):
-        excess = problem.working_sets[k] // g + sum(problem.sizes[i] // g for i in live if i not in exclude) - cap
-        live = [i for i in live if i not in exclude]
+        excess = problem.working_sets[k] // g + sum(problem.sizes[i] // g for i in live) - cap
         if excess > 0:
             rows.append((excess, live))
-    if any(not live for _, live in rows):  # cannot happen: a row the kept tensors cannot cover is infeasible
-        return 0
     if not rows:
         return 0
     model = cp_model.CpModel()

@@ -78,8 +78,7 @@ def _hint_loads(model: cp_model.CpModel, aux: tuple, resident: set[int], made: i
 def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | None = None, lower_bound: int = 0,
                      time_limit: float = 5.0, config: SolverConfig = SolverConfig(), progress=None,
                      exclude: tuple[tuple[int, ...], ...] = (),
-                     band: tuple[tuple[int, ...], int] | None = None,
-                     optional: tuple[tuple[int, int, tuple[int, ...]], ...] = ()) -> FreeOrderResult:
+                     band: tuple[tuple[int, ...], int] | None = None) -> FreeOrderResult:
     """Optimum over all orders of the capacity-only model, except the orders in `exclude`.
 
     Excluding orders whose decisions could not be placed in address space asks for another order;
@@ -87,15 +86,10 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     With `band=(order, width)` only orders moving each kernel at most `width` steps from its place in
     `order` are searched (a neighbourhood small enough for large graphs); the bound returned is then
     just `lower_bound`.
-    `optional` lists extra occupants (size, cost, kernels), all in bytes: each occupies `size` bytes at
-    the steps of its `kernels` unless dropped once for `cost` (the partition bound's tensors that are
-    live there in every order but charged partly elsewhere).
     """
     start_time = time.perf_counter()
     K = T = problem.num_kernels
     g = size_unit(problem)
-    for size, cost, _ in optional:
-        g = math.gcd(math.gcd(g, size), cost)
     cap = capacity // g
     n_anc, n_desc = _ancestors(problem)
     asap = n_anc
@@ -167,17 +161,6 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
                 model.AddImplication(lt, st)
             objective.append((s, st))
         aux[i] = (lo, loads, st)
-    for size, cost, kernels in optional:
-        if not cost:
-            continue  # dropped for free
-        z = model.NewBoolVar("")
-        objective.append((cost // g, z))
-        for t in range(T):
-            here = [k for k in kernels if asap[k] <= t <= alap[k]]
-            if here:
-                y = model.NewBoolVar("")
-                model.Add(y >= sum(x(k, t) for k in here) - z)
-                occupancy[t].append((size // g, y))
     for t in range(T):
         if sum(s for s, _ in occupancy[t]) > cap:
             model.Add(sum(s * v for s, v in occupancy[t]) <= cap)

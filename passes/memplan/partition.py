@@ -5,34 +5,28 @@ part when all its users (producer and consumers) are in it. Take any plan of the
 look only at one part's steps, in the plan's order (an order of the part's kernels respecting
 reachability in the whole graph): an internal tensor resident at two consecutive of these steps
 without a reload in between is kept in this restricted plan, and at each step the running kernel's
-whole working set plus the resident internal tensors fit in the capacity. So the traffic the plan
-pays on the part's internal tensors is at least the optimum, over the part's orders, of the part's
-subproblem where every other tensor (external) only occupies its bytes at the steps of the part's
-kernels that use it, for free. Internal sets are disjoint, so the sum of the parts' bounds (each from
-the free-order capacity model of the part, its proven bound if not solved) bounds the traffic of all
-internal tensors; the forced-live cover restricted to the other tensors (`cover_bound(exclude=...)`)
-bounds theirs, and the two add up. Tensors internal to no part but forced live in the kernels of at
-most `spread` parts can instead occupy those parts, which are charged shares of their cost.
+whole working set plus the resident internal tensors fit in the capacity. So the part's free-order
+capacity model, with every external tensor occupying its bytes for free at the steps that use it,
+bounds the traffic of the part's internal tensors. A tensor internal to no part but live in every
+order at some kernels gets one flag, "evicted at least once": evicted, it pays a reload and its
+spill; never evicted, it occupies those kernels' steps in every part. All parts go in one CP-SAT
+model linked by these flags, with the forced-live cover rows (bounds.py) as a stronger relaxation.
 
-On the benchmark's random graphs the separate parts add little to the cover bound, whose long-range
-tensors dominate (rand300 at the smallest capacity 96256 -> 102400 B without weights, 289792 ->
-302080 B with; the other capacities unchanged). `joint_partition_bound`, which `plan_memory` uses for
-graphs too big for the free-order model, puts all the parts in one CP-SAT model linked by one eviction
-flag per cross-part tensor, with the cover rows: rand300 without weights 96256 -> 121856, 48128 ->
-56320, 15360 -> 27648 B, with weights 289792 -> 316416 B, in 15 s (8 workers).
+Measured (15 s, 8 workers; benchmarks/memplan.py's rand300): without weights the cover bound's
+96256 -> 121856, 48128 -> 56320, 15360 -> 27648 B; with weights 289792 -> 316416 B. Cutting the parts
+into separate models added almost nothing over the cover bound: the long-range tensors dominate.
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from functools import cached_property
 
-from .bounds import _bitsets, cover_bound, forced_live
 from ortools.sat.python import cp_model
 
+from .bounds import _bitsets, forced_live
 from .cpsat import SolverConfig, configure, size_unit
-from .free_order import _broad_portfolio, solve_free_order
+from .free_order import _broad_portfolio
 from .problem import MemoryProblem, TensorKind
 from .solution import gap_cost, store_cost
 
@@ -47,15 +41,6 @@ class _PartProblem(MemoryProblem):
     @cached_property
     def preds(self) -> tuple[tuple[int, ...], ...]:
         return self.order_preds
-
-
-@dataclass(frozen=True)
-class PartitionBound:
-    bound: int  # parts + cross cover, valid for every order
-    parts: tuple[int, ...]  # each part's bound on its internal tensors' traffic
-    cross: int  # cover bound on the tensors internal to no part
-    proven: int  # parts solved to optimality
-    wall: float
 
 
 def parts_of(order, part_size: int) -> list[list[int]]:
@@ -124,75 +109,6 @@ def _bits(mask: int):
         low = mask & -mask
         yield low.bit_length() - 1
         mask ^= low
-
-
-def shared_occupants(problem: MemoryProblem, parts: list[list[int]], charged: set[int], spread: int = 1
-                     ) -> list[list[tuple[int, int, tuple[int, ...]]]]:
-    """Per part, the tensors internal to no part that are live in every order at some of its kernels
-    (in at most `spread` parts; they are added to `charged`), as `solve_free_order` occupants (size,
-    share of the cost, local kernels). A tensor's cost (a reload plus its spill) is split between the
-    parts in proportion to its forced-live kernels there: never evicted, it occupies them all; evicted,
-    it pays at least the sum of the shares."""
-    g = size_unit(problem)
-    where = {}
-    for j, part in enumerate(parts):
-        for n, k in enumerate(sorted(part)):
-            where[k] = (j, n)
-    live_at: dict[int, dict[int, list[int]]] = {}
-    for k, live in enumerate(forced_live(problem)):
-        for i in live:
-            if i not in charged:
-                j, n = where[k]
-                live_at.setdefault(i, {}).setdefault(j, []).append(n)
-    out: list[list[tuple[int, int, tuple[int, ...]]]] = [[] for _ in parts]
-    for i, by_part in live_at.items():
-        if len(by_part) > spread:
-            continue
-        charged.add(i)
-        units = (gap_cost(problem, i) + store_cost(problem, i)) // g
-        total = sum(len(v) for v in by_part.values())
-        shares = {j: units * len(v) // total for j, v in by_part.items()}
-        top = max(by_part, key=lambda j: (len(by_part[j]), -j))
-        shares[top] += units - sum(shares.values())
-        for j, v in by_part.items():
-            if shares[j]:
-                out[j].append((problem.sizes[i], shares[j] * g, tuple(v)))
-    return out
-
-
-def partition_bound(problem: MemoryProblem, capacity: int, *, part_size: int = 40, time_limit: float = 10.0,
-                    order=None, config: SolverConfig = SolverConfig(), spread: int = 1,
-                    cover_time: float | None = None) -> PartitionBound:
-    """Lower bound on the non-compulsory traffic of every order: parts of `part_size` consecutive kernels
-    of `order` (default: the kernel ids) each bounded by the free-order model within a share of
-    `time_limit` (by part size). With `split`, the tensors internal to no part occupy the parts where
-    they are live in every order, each part charged a share of their cost; else they are bounded apart
-    by the forced-live cover."""
-    start = time.perf_counter()
-    deadline = start + time_limit
-    order = tuple(range(problem.num_kernels)) if order is None else tuple(order)
-    parts = parts_of(order, part_size) if order else []
-    desc = _bitsets(problem)[1]
-    built = [subproblem(problem, part, desc) for part in parts]
-    charged = {i for _, internal in built for i in internal}
-    occupants = shared_occupants(problem, parts, charged, spread) if spread else [[] for _ in parts]
-    cover_time = min(1.0, 0.1 * time_limit) if cover_time is None else cover_time
-    results, proven = [], 0
-    left_kernels = len(order)
-    for part, (sub, internal), extra in zip(parts, built, occupants):
-        budget = max(0.05, (deadline - cover_time - time.perf_counter()) * len(part) / max(1, left_kernels))
-        left_kernels -= len(part)
-        if not extra and not any(len(sub.users[i]) > 1 for i in range(len(internal))):
-            results.append(0)  # nothing can cost
-            proven += 1
-            continue
-        res = solve_free_order(sub, capacity, time_limit=budget, config=config, optional=tuple(extra))
-        results.append(max(0, res.bound))
-        proven += res.status == "optimal"
-    cross = cover_bound(
-        problem, capacity, time_limit=max(0.05, min(cover_time, deadline - time.perf_counter())),
-        config=config, exclude=frozenset(charged))
-    return PartitionBound(sum(results) + cross, tuple(results), cross, proven, time.perf_counter() - start)
 
 
 def _add_part(model: cp_model.CpModel, sub: MemoryProblem, cap: int, g: int, shared: dict[int, object],

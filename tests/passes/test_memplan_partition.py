@@ -8,7 +8,7 @@ from tilegraph.passes.memplan.bounds import cover_bound
 from tilegraph.passes.memplan.cpsat import SolverConfig
 from tilegraph.passes.memplan.free_order import solve_free_order
 from tilegraph.passes.memplan.generators import random_dag
-from tilegraph.passes.memplan.partition import joint_partition_bound, parts_of, partition_bound, subproblem
+from tilegraph.passes.memplan.partition import joint_partition_bound, parts_of, subproblem
 
 from .test_memplan_exact import brute_force, tiny
 
@@ -17,21 +17,18 @@ CONFIG = SolverConfig(num_workers=1, seed=0, deterministic=True)
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), kernels=st.integers(3, 5), weights=st.booleans(), extra=st.integers(0, 2),
-       part_size=st.integers(1, 3), spread=st.integers(0, 3))
-def test_partition_bound_never_exceeds_brute_force(seed, kernels, weights, extra, part_size, spread):
+       part_size=st.integers(1, 3))
+def test_partition_bound_never_exceeds_brute_force(seed, kernels, weights, extra, part_size):
     problem = tiny(seed, kernels, weights and kernels <= 3)
     capacity = problem.max_working_set()[0] + extra
     expected = brute_force(problem, capacity, True)
-    result = partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG, spread=spread)
-    assert result.bound <= expected
     assert joint_partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG) <= expected
 
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), kernels=st.integers(5, 9), weights=st.booleans(), extra=st.integers(0, 3),
-       part_size=st.integers(2, 4), spread=st.integers(0, 3), shuffle=st.booleans())
-def test_partition_bound_never_exceeds_capacity_only_optimum(seed, kernels, weights, extra, part_size, spread,
-                                                             shuffle):
+       part_size=st.integers(2, 4), shuffle=st.booleans())
+def test_partition_bound_never_exceeds_capacity_only_optimum(seed, kernels, weights, extra, part_size, shuffle):
     """The relaxation only uses the capacity per step, so it is below the capacity-only optimum over all
     orders (itself below the true optimum), for parts cut from any topological order."""
     problem = tiny(seed, kernels, weights)
@@ -40,9 +37,6 @@ def test_partition_bound_never_exceeds_capacity_only_optimum(seed, kernels, weig
     if exact.status != "optimal":
         return
     order = exact.order if shuffle else None
-    result = partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG, spread=spread,
-                             order=order)
-    assert result.bound <= exact.objective
     joint = joint_partition_bound(problem, capacity, part_size=part_size, time_limit=5, config=CONFIG, order=order)
     assert joint <= exact.objective
 
@@ -50,16 +44,14 @@ def test_partition_bound_never_exceeds_capacity_only_optimum(seed, kernels, weig
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), kernels=st.integers(3, 8), weights=st.booleans(), extra=st.integers(0, 3))
 def test_one_part_is_the_free_order_model(seed, kernels, weights, extra):
-    """With every kernel in one part nothing is external: the bound is the free-order optimum."""
+    """With every kernel in one part nothing is external: the model is the free-order model (with the
+    cover rows, which every plan meets), so both optima agree."""
     problem = tiny(seed, kernels, weights)
     capacity = problem.max_working_set()[0] + extra
     exact = solve_free_order(problem, capacity, time_limit=10, config=CONFIG)
-    result = partition_bound(problem, capacity, part_size=kernels, time_limit=10, config=CONFIG)
-    if exact.status == "optimal" and result.proven == 1:
-        assert result.bound == exact.objective
     joint = joint_partition_bound(problem, capacity, part_size=kernels, time_limit=10, config=CONFIG)
     if exact.status == "optimal":
-        assert joint <= exact.objective
+        assert joint == exact.objective
 
 
 def test_subproblem_external_tensors_are_free_and_order_follows_the_graph():
@@ -84,24 +76,16 @@ def test_subproblem_external_tensors_are_free_and_order_follows_the_graph():
 
 
 def test_partition_bound_beats_the_cover_bound():
-    """A fixed instance where cutting into parts proves more than the forced-live cover."""
+    """Fixed instances where cutting into parts proves more than the forced-live cover."""
     problem = random_dag(0, 30)
     capacity = problem.max_working_set()[0]
     cover = cover_bound(problem, capacity, config=CONFIG)
-    result = partition_bound(problem, capacity, part_size=10, time_limit=10, config=CONFIG, spread=0)
-    assert result.proven == 3
-    assert result.bound > cover  # 36864 against 24576 B
-
-
-def test_joint_partition_bound_beats_both():
-    """One model for all parts, linked by the cross-part tensors' eviction flags: above the cover bound
-    and the separate parts' bound on a fixed instance."""
+    assert joint_partition_bound(problem, capacity, part_size=10, time_limit=10, config=CONFIG) > cover
     problem = random_dag(80, 80)
     capacity = 33024  # the benchmark's rand80 at step 0.25
     cover = cover_bound(problem, capacity, config=CONFIG)
-    parts = partition_bound(problem, capacity, part_size=20, time_limit=10, config=CONFIG, spread=0).bound
     joint = joint_partition_bound(problem, capacity, part_size=20, time_limit=20, config=CONFIG)
-    assert joint > max(cover, parts)  # 12288 against 6144 B
+    assert joint > cover  # 12288 against 6144 B
 
 
 def test_plan_memory_uses_the_partition_bound_when_free_order_is_too_big():
