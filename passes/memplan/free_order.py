@@ -75,6 +75,57 @@ def _hint_loads(model: cp_model.CpModel, aux: tuple, resident: set[int], made: i
         model.AddHint(st, 1 if any(values) else 0)  # only intermediates spill: their first value is 0
 
 
+def run_flags(model: cp_model.CpModel, problem: MemoryProblem, asap: list[int], alap: list[int], one, zero
+              ) -> list[list]:
+    """d[k][t], "kernel k has run by step t": 0 before `asap[k]`, 1 from `alap[k]`, non-decreasing,
+    t+1 kernels by step t, a kernel after its predecessors."""
+    K = T = problem.num_kernels
+    d = []
+    for k in range(K):
+        row = [zero if t < asap[k] else one if t >= alap[k] else model.NewBoolVar("") for t in range(T)]
+        for t in range(asap[k] + 1, alap[k]):
+            model.AddImplication(row[t - 1], row[t])
+        d.append(row)
+    for t in range(T - 1):
+        model.Add(sum(d[k][t] for k in range(K)) == t + 1)
+    for k in range(K):
+        for p in problem.preds[k]:
+            for t in range(asap[k], alap[k]):
+                if t == 0:
+                    model.Add(d[k][t] == 0)
+                else:
+                    model.AddImplication(d[k][t], d[p][t - 1])
+    return d
+
+
+def ran_at(d: list[list], k: int, t: int):
+    """Kernel k runs at step t (a linear expression of the run flags)."""
+    return d[k][t] - (d[k][t - 1] if t > 0 else 0)
+
+
+def residency_flags(model: cp_model.CpModel, problem: MemoryProblem, i: int, d: list[list], asap: list[int],
+                    alap: list[int]) -> tuple[dict, list]:
+    """For tensor i over the steps its users can run: r[t] "resident at step t" (at every use, never
+    before its producer) and the load flags l[t] ("(re)loaded before step t", not when produced there)."""
+    users = problem.users[i]
+    lo, hi = min(asap[k] for k in users), max(alap[k] for k in users)
+    prod = problem.producer[i]
+    r = {t: model.NewBoolVar("") for t in range(lo, hi + 1)}
+    loads = []
+    for t in range(lo, hi + 1):
+        for k in users:
+            if asap[k] <= t <= alap[k]:
+                model.Add(r[t] >= ran_at(d, k, t))
+        if prod >= 0 and t < alap[prod]:
+            model.Add(r[t] <= d[prod][t])
+        lt = model.NewBoolVar("")
+        prev = r[t - 1] if t - 1 in r else 0
+        created = ran_at(d, prod, t) if prod >= 0 and asap[prod] <= t <= alap[prod] else 0
+        model.Add(lt >= r[t] - prev - created)
+        loads.append(lt)
+    return r, loads
+
+
 def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | None = None, lower_bound: int = 0,
                      time_limit: float = 5.0, config: SolverConfig = SolverConfig(), progress=None,
                      exclude: tuple[tuple[int, ...], ...] = (),
@@ -101,25 +152,7 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     model = cp_model.CpModel()
     one, zero = model.NewConstant(1), model.NewConstant(0)
 
-    d = []  # d[k][t]
-    for k in range(K):
-        row = [zero if t < asap[k] else one if t >= alap[k] else model.NewBoolVar("") for t in range(T)]
-        for t in range(asap[k] + 1, alap[k]):
-            model.AddImplication(row[t - 1], row[t])
-        d.append(row)
-    for t in range(T - 1):
-        model.Add(sum(d[k][t] for k in range(K)) == t + 1)
-    for k in range(K):
-        for p in problem.preds[k]:
-            for t in range(asap[k], alap[k]):
-                if t == 0:
-                    model.Add(d[k][t] == 0)
-                else:
-                    model.AddImplication(d[k][t], d[p][t - 1])
-
-    def x(k: int, t: int):
-        return d[k][t] - (d[k][t - 1] if t > 0 else 0)
-
+    d = run_flags(model, problem, asap, alap, one, zero)
     objective = []
     const = 0
     occupancy: list[list] = [[] for _ in range(T)]
@@ -132,24 +165,10 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
             continue
         s = problem.sizes[i] // g
         lo = min(asap[k] for k in users)
-        hi = max(alap[k] for k in users)
-        prod = problem.producer[i]
-        r = {t: model.NewBoolVar("") for t in range(lo, hi + 1)}
+        r, loads = residency_flags(model, problem, i, d, asap, alap)
         r_vars.append(r)
-        loads = []
-        for t in range(lo, hi + 1):
-            for k in users:
-                if asap[k] <= t <= alap[k]:
-                    model.Add(r[t] >= x(k, t))
-            if prod >= 0:
-                if t < alap[prod]:
-                    model.Add(r[t] <= d[prod][t])
-            lt = model.NewBoolVar("")
-            prev = r[t - 1] if t - 1 in r else 0
-            created = x(prod, t) if prod >= 0 and asap[prod] <= t <= alap[prod] else 0
-            model.Add(lt >= r[t] - prev - created)
-            loads.append(lt)
-            occupancy[t].append((s, r[t]))
+        for t, v in r.items():
+            occupancy[t].append((s, v))
         for lt in loads:
             objective.append((s, lt))
         if problem.kinds[i] is not TensorKind.INTERMEDIATE:

@@ -26,7 +26,7 @@ from ortools.sat.python import cp_model
 
 from .bounds import _bitsets, forced_live
 from .cpsat import SolverConfig, configure, size_unit
-from .free_order import _broad_portfolio
+from .free_order import _ancestors, _broad_portfolio, ran_at, residency_flags, run_flags
 from .problem import MemoryProblem, TensorKind
 from .solution import gap_cost, store_cost
 
@@ -117,28 +117,13 @@ def _add_part(model: cp_model.CpModel, sub: MemoryProblem, cap: int, g: int, sha
     occupants (tensor, size, local kernels) share their eviction flag `shared[tensor]` across parts.
     `evicted[i]` (subproblem tensor) may be 1 only if the tensor is reloaded.
     Returns the objective terms (units) and the constant (minus the compulsory first loads)."""
-    T = K = sub.num_kernels
-    n_anc, n_desc = _count_bits(sub)
+    T = sub.num_kernels
+    n_anc, n_desc = _ancestors(sub)
     asap, alap = n_anc, [T - 1 - d for d in n_desc]
-    one, zero = model.NewConstant(1), model.NewConstant(0)
-    d = []
-    for k in range(K):
-        row = [zero if t < asap[k] else one if t >= alap[k] else model.NewBoolVar("") for t in range(T)]
-        for t in range(asap[k] + 1, alap[k]):
-            model.AddImplication(row[t - 1], row[t])
-        d.append(row)
-    for t in range(T - 1):
-        model.Add(sum(d[k][t] for k in range(K)) == t + 1)
-    for k in range(K):
-        for p in sub.preds[k]:
-            for t in range(asap[k], alap[k]):
-                if t == 0:
-                    model.Add(d[k][t] == 0)
-                else:
-                    model.AddImplication(d[k][t], d[p][t - 1])
+    d = run_flags(model, sub, asap, alap, model.NewConstant(1), model.NewConstant(0))
 
     def x(k: int, t: int):
-        return d[k][t] - (d[k][t - 1] if t > 0 else 0)
+        return ran_at(d, k, t)
 
     objective, const = [], 0
     occupancy: list[list] = [[] for _ in range(T)]
@@ -152,22 +137,9 @@ def _add_part(model: cp_model.CpModel, sub: MemoryProblem, cap: int, g: int, sha
             for t in range(asap[k], alap[k] + 1):
                 occupancy[t].append((s, x(k, t)))
             continue
-        lo, hi = min(asap[k] for k in users), max(alap[k] for k in users)
-        prod = sub.producer[i]
-        r = {t: model.NewBoolVar("") for t in range(lo, hi + 1)}
-        loads = []
-        for t in range(lo, hi + 1):
-            for k in users:
-                if asap[k] <= t <= alap[k]:
-                    model.Add(r[t] >= x(k, t))
-            if prod >= 0 and t < alap[prod]:
-                model.Add(r[t] <= d[prod][t])
-            lt = model.NewBoolVar("")
-            prev = r[t - 1] if t - 1 in r else 0
-            created = x(prod, t) if prod >= 0 and asap[prod] <= t <= alap[prod] else 0
-            model.Add(lt >= r[t] - prev - created)
-            loads.append(lt)
-            occupancy[t].append((s, r[t]))
+        r, loads = residency_flags(model, sub, i, d, asap, alap)
+        for t, v in r.items():
+            occupancy[t].append((s, v))
         objective += [(s, lt) for lt in loads]
         first = 0 if sub.kinds[i] is TensorKind.INTERMEDIATE else 1
         const -= s * first
@@ -189,11 +161,6 @@ def _add_part(model: cp_model.CpModel, sub: MemoryProblem, cap: int, g: int, sha
         if sum(s for s, _ in occupancy[t]) > cap:
             model.Add(sum(s * v for s, v in occupancy[t]) <= cap)
     return objective, const
-
-
-def _count_bits(problem: MemoryProblem) -> tuple[list[int], list[int]]:
-    anc, desc = _bitsets(problem)
-    return [bin(a).count("1") for a in anc], [bin(b).count("1") for b in desc]
 
 
 def joint_partition_bound(problem: MemoryProblem, capacity: int, *, part_size: int = 30, time_limit: float = 10.0,
