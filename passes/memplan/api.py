@@ -216,6 +216,7 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
                                           time_limit=search.take(options.partition_share * search.left()), config=cfg)
             search.raise_bound(value, "partition bound")
             search.stats["partition_bound"] = value
+            search.report("partition bound")
             if search.done():
                 return _make_plan(problem, capacity, search, baseline, order, weights)
         until = search.left() * (1 - options.band_share)
