@@ -51,16 +51,23 @@ def forced_live(problem: MemoryProblem) -> list[list[int]]:
     return out
 
 
+def cover_rows(problem: MemoryProblem, cap: int, g: int, live: list[list[int]]) -> list[tuple[int, list[int]]]:
+    """(excess, forced-live tensors) of each kernel whose working set and forced-live tensors (`live`,
+    from `forced_live`) exceed the capacity `cap`; sizes in units of `g`. The evicted forced-live
+    tensors of such a kernel cover at least the excess."""
+    rows = []
+    for k, tensors in enumerate(live):
+        excess = problem.working_sets[k] // g + sum(problem.sizes[i] // g for i in tensors) - cap
+        if excess > 0:
+            rows.append((excess, tensors))
+    return rows
+
+
 def cover_bound(problem: MemoryProblem, capacity: int, *, time_limit: float = 1.0,
                 config: SolverConfig = SolverConfig()) -> int:
     """The forced-live cover lower bound on non-compulsory traffic, in bytes (0 when nothing is forced)."""
     g = size_unit(problem)
-    cap = capacity // g
-    rows = []
-    for k, live in enumerate(forced_live(problem)):
-        excess = problem.working_sets[k] // g + sum(problem.sizes[i] // g for i in live) - cap
-        if excess > 0:
-            rows.append((excess, live))
+    rows = cover_rows(problem, capacity // g, g, forced_live(problem))
     if not rows:
         return 0
     model = cp_model.CpModel()

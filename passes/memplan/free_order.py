@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from .bounds import _bitsets
 from .cpsat import _STATUS, SolverConfig, _Progress, configure, size_unit
 from .problem import MemoryProblem, TensorKind
 from .solution import Solution, Timeline, store_cost
@@ -29,16 +30,8 @@ class FreeOrderResult:
 
 
 def _ancestors(problem: MemoryProblem) -> tuple[list[int], list[int]]:
-    """Number of ancestors and descendants of each kernel (bitsets)."""
-    K = problem.num_kernels
-    anc = [0] * K
-    for k in range(K):  # kernel ids are a topological order
-        for p in problem.preds[k]:
-            anc[k] |= anc[p] | (1 << p)
-    desc = [0] * K
-    for k in reversed(range(K)):
-        for s in problem.succs[k]:
-            desc[k] |= desc[s] | (1 << s)
+    """Number of ancestors and descendants of each kernel."""
+    anc, desc = _bitsets(problem)
     return [bin(a).count("1") for a in anc], [bin(d).count("1") for d in desc]
 
 

@@ -24,7 +24,7 @@ from functools import cached_property
 
 from ortools.sat.python import cp_model
 
-from .bounds import _bitsets, forced_live
+from .bounds import _bitsets, cover_rows, forced_live
 from .cpsat import SolverConfig, configure, size_unit
 from .free_order import _ancestors, _broad_portfolio, ran_at, residency_flags, run_flags
 from .problem import MemoryProblem, TensorKind
@@ -167,8 +167,8 @@ def joint_partition_bound(problem: MemoryProblem, capacity: int, *, part_size: i
                           order=None, config: SolverConfig = SolverConfig()) -> int:
     """The parts' free-order models in one CP-SAT model, linked by one eviction flag per tensor internal
     to no part: never evicted, it occupies every part's steps where it is live in every order; evicted,
-    it pays a reload and its spill once. Lower bound on the traffic of every order, at least the
-    partition bound's and (up to the time limit) the cover bound's."""
+    it pays a reload and its spill once. Lower bound on the traffic of every order, at least the sum of
+    the parts' own optima and (up to the time limit) the cover bound."""
     order = tuple(range(problem.num_kernels)) if order is None else tuple(order)
     if not order:
         return 0
@@ -182,8 +182,9 @@ def joint_partition_bound(problem: MemoryProblem, capacity: int, *, part_size: i
     for j, part in enumerate(parts):
         for n, k in enumerate(sorted(part)):
             where[k] = (j, n)
+    live_sets = forced_live(problem)
     live_at: dict[int, dict[int, list[int]]] = {}
-    for k, live in enumerate(forced_live(problem)):
+    for k, live in enumerate(live_sets):
         for i in live:
             if i not in charged:
                 j, n = where[k]
@@ -195,13 +196,11 @@ def joint_partition_bound(problem: MemoryProblem, capacity: int, *, part_size: i
     # the cover rows, redundant but a stronger relaxation: at each kernel, the bytes live in every order
     # and not evicted fit next to its working set
     flag = dict(shared)
-    for k, live in enumerate(forced_live(problem)):
-        excess = problem.working_sets[k] // g + sum(problem.sizes[i] // g for i in live) - cap
-        if excess > 0:
-            for i in live:
-                if i not in flag:
-                    flag[i] = model.NewBoolVar("")
-            model.Add(sum((problem.sizes[i] // g) * flag[i] for i in live) >= excess)
+    for excess, live in cover_rows(problem, cap, g, live_sets):
+        for i in live:
+            if i not in flag:
+                flag[i] = model.NewBoolVar("")
+        model.Add(sum((problem.sizes[i] // g) * flag[i] for i in live) >= excess)
     for j, (sub, internal) in enumerate(built):
         occ = [(i, problem.sizes[i], tuple(by[j])) for i, by in live_at.items() if j in by]
         evicted = {n: flag[i] for n, i in enumerate(internal) if i in flag}
