@@ -174,9 +174,8 @@ class _Builder:
 
     def _memory(self, free: list[int]) -> None:
         pb, md, H, m = self.pb, self.model, self.H, self.pb.m
-        total = sum(t.size for t in pb.tensors)
         for p in range(m):
-            if free[p] >= total:
+            if not pb.memory_limited[p]:
                 continue
             intervals, demands = [], []
             for k, t in enumerate(pb.tensors):

@@ -162,8 +162,7 @@ def variant(pb: PlacementProblem, priority: str, choice: str, stream: bool = Fal
 
 def memory_binds(pb: PlacementProblem) -> bool:
     """Whether some device's capacity is below the bytes that could ever live on it."""
-    total = sum(t.size for t in pb.tensors)
-    return any(pb.capacity[p] - pb.baseline[p] < total for p in range(pb.m))
+    return any(pb.memory_limited)
 
 
 def cpop(pb: PlacementProblem) -> Schedule | None:

@@ -143,10 +143,9 @@ class Engine:
         n, m = problem.n, problem.m
         self.dev = [Timeline() for _ in range(m)]
         self.chan = [Timeline() for _ in problem.channels]
-        total = sum(t.size for t in problem.tensors)
         self.mem: list[MemoryTracker | None] = [
             MemoryTracker(problem.capacity[p] - problem.baseline[p])
-            if memory and problem.capacity[p] - problem.baseline[p] < total else None for p in range(m)]
+            if memory and problem.memory_limited[p] else None for p in range(m)]
         self.param_pref = param_pref or {}
         self.stream = stream
         self.param_dev: dict[int, int] = {}

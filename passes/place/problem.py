@@ -158,6 +158,13 @@ class PlacementProblem:
         return tuple(base)
 
     @cached_property
+    def memory_limited(self) -> tuple[bool, ...]:
+        """Per device: whether memory can bind there (its room beside the baseline is below the bytes of
+        all tensors together); elsewhere no memory check is needed."""
+        total = sum(t.size for t in self.tensors)
+        return tuple(self.capacity[p] - self.baseline[p] < total for p in range(self.m))
+
+    @cached_property
     def params(self) -> tuple[int, ...]:
         """Indices of the parameters (movable sources) that some task reads."""
         return tuple(k for k, t in enumerate(self.tensors) if t.producer < 0 and t.movable and t.consumers)

@@ -90,8 +90,7 @@ def decode_seconds(pb: PlacementProblem) -> float:
 
 def sample_seconds(pb: PlacementProblem) -> float:
     """Estimated seconds of one randomized-portfolio sample (sizes the deterministic sample count)."""
-    total = sum(t.size for t in pb.tensors)
-    limited = sum(1 for p in range(pb.m) if pb.capacity[p] - pb.baseline[p] < total)
+    limited = sum(pb.memory_limited)
     return SAMPLE_A * (pb.n + len(pb.tensors) + 1) * pb.m + SAMPLE_MEM * pb.n ** 2 * limited
 
 
