@@ -77,6 +77,12 @@ def test_memplan_bad_options_are_clear(capsys, args, message):
     assert code == 2 and message in err
 
 
+@pytest.mark.parametrize("command", [("memplan", "--capacity", "1MiB"), ("place",), ("simulate",)])
+def test_a_negative_time_limit_is_refused(capsys, command):
+    code, out, err = cli(capsys, command[0], BLOCK, *command[1:], "--time-limit", "-3")
+    assert code == 2 and "--time-limit" in out + err and "Traceback" not in out + err
+
+
 def test_place_prints_makespan_bound_and_utilisation(capsys, tmp_path):
     gantt = tmp_path / "gantt.png"
     code, out, _ = cli(capsys, "place", BLOCK, "--system", "cpu-gpu-npu", "--time-limit", "3", "--gantt", gantt)

@@ -52,7 +52,7 @@ def memplan(
     capacity: Annotated[str, typer.Option(help="scratchpad size, e.g. 256KiB, 1.5MiB, 65536")] = "256KiB",
     order: Annotated[str, typer.Option(help="free: the solver picks the kernel order; fixed: the program's")] = "free",
     weights: Annotated[bool, typer.Option("--weights", help="weights and parameters compete for the scratchpad")] = False,
-    time_limit: Annotated[float, typer.Option(help="seconds for the exact solvers")] = 10.0,
+    time_limit: Annotated[float, typer.Option(min=0.0, help="seconds for the exact solvers")] = 10.0,
     solver: Annotated[str, typer.Option(help="auto (heuristic, then CP-SAT), heuristic, cpsat")] = "auto",
     plot: Annotated[Optional[Path], typer.Option(help="draw the memory map (address against step) to this image")] = None,
     entry: Entry = None,
@@ -82,7 +82,7 @@ def memplan(
 def place(
     model: ModelFile,
     system: Annotated[str, typer.Option(help="system preset (cpu-gpu-pcie, cpu-gpu-npu, 4-core-npu) or TOML")] = "cpu-gpu-pcie",
-    time_limit: Annotated[float, typer.Option(help="seconds for the solvers")] = 30.0,
+    time_limit: Annotated[float, typer.Option(min=0.0, help="seconds for the solvers")] = 30.0,
     method: Annotated[str, typer.Option(help="auto, or one method (heft, cpop, peft, metf, lp, cpsat, ...)")] = "auto",
     gantt: Annotated[Optional[Path], typer.Option(help="draw the schedule, one lane per device and link")] = None,
     entry: Entry = None,
@@ -111,7 +111,7 @@ def place(
 def simulate(
     model: ModelFile,
     accel: Annotated[str, typer.Option(help="accelerator preset (edge-npu, tpu-like, scalesim-default) or TOML")] = "edge-npu",
-    time_limit: Annotated[float, typer.Option(help="seconds for the memory planner")] = 2.0,
+    time_limit: Annotated[float, typer.Option(min=0.0, help="seconds for the memory planner")] = 2.0,
     trace: Annotated[Optional[Path], typer.Option(help="write a Chrome/Perfetto trace of the commands (JSON)")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="draw the timeline and a roofline of the kernels")] = None,
     entry: Entry = None,
