@@ -97,6 +97,7 @@ class _Search:
         self.capacity_only: int | None = None
         self.stats: dict[str, object] = {}
         self.order_bounds: dict[tuple[int, ...], int] = {}  # bounds valid for one order only
+        self.order_optima: dict[tuple[int, ...], tuple] = {}  # proven capacity-only (keep, traffic) per order
 
     def left(self) -> float:
         if self.deterministic:
@@ -310,8 +311,14 @@ def _improve_order(search: _Search, capacity: int, order: tuple[int, ...], optio
         search.offer(incumbent, "heuristic on the model's order")
     inc_cost = traffic(problem, incumbent.keep)
 
-    # capacity-only optimum for this order
-    if hint_keep is None or keep_cost is None or keep_cost > search.bound:
+    # capacity-only optimum for this order (solved once: a later visit reuses the proven one)
+    if order in search.order_optima:
+        keep, cost = search.order_optima[order]
+        if cost >= search.best_cost:
+            return
+        if keep_cost is None or cost < keep_cost:
+            hint_keep, keep_cost = keep, cost
+    elif hint_keep is None or keep_cost is None or keep_cost > search.bound:
         res = solve_fixed(problem, order, capacity, addresses=False, incumbent=incumbent,
                           lower_bound=search.bound, time_limit=search.take(0.3 * remaining()), config=cfg)
         if res.keep is not None:
@@ -322,8 +329,10 @@ def _improve_order(search: _Search, capacity: int, order: tuple[int, ...], optio
             search.order_bounds[order] = max(order_bound, search.order_bounds.get(order, 0))
             if keep_cost is None or res.objective < keep_cost:
                 hint_keep, keep_cost = res.keep, res.objective
-            if res.status == "optimal" and res.bound >= search.best_cost:
-                return  # this order cannot beat the incumbent
+            if res.status == "optimal":
+                search.order_optima[order] = (res.keep, res.objective)
+                if res.bound >= search.best_cost:
+                    return  # this order cannot beat the incumbent
     if search.done():
         return
     # place the capacity-only decisions
