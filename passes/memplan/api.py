@@ -1,7 +1,8 @@
 """plan_memory: heuristic plan first, then the exact models within the time limit.
 
 Stages (each keeps the best plan so far, so the answer is never worse than the heuristic):
-1. TFLite-style heuristics on a few topological orders (the warm start and the baseline).
+1. TFLite-style heuristics on a few topological orders (the warm start and the baseline); with free
+   order, a local search over orders scored by the bytes-only Belady traffic (order_search.py).
 2. Free order, at most `free_order_limit` kernels or `free_order_cells` model variables: the
    time-indexed capacity-only model gives a bound for every order and an order with replacement
    decisions. Else, up to `band_limit` kernels: the partition bound (the same model on parts of the
@@ -33,6 +34,7 @@ from .bounds import cover_bound
 from .cpsat import SolverConfig, solve_fixed
 from .free_order import model_cells, solve_free_order
 from .heuristics import heuristic_plans
+from .order_search import evaluations_for, order_cost, search_order
 from .orders import candidate_orders, program_order
 from .partition import joint_partition_bound
 from .problem import MemoryProblem, MemplanError, from_program, peak_live
@@ -74,6 +76,7 @@ class Options:
     band_share: float = 0.85  # of the time left after the heuristics: the banded search
     partition_share: float = 0.25  # graphs too big for free order (up to band_limit): the partition bound
     partition_size: int = 20  # kernels per part of the partition bound
+    order_search_share: float = 0.2  # free order: of the time limit, local search over orders (order_search.py)
     config: SolverConfig = SolverConfig()
 
 
@@ -201,6 +204,19 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     search.stats["cover_bound"] = cover
     if search.done():
         return _make_plan(problem, capacity, search, baseline, order, weights)
+    # 1b. free order: local search over orders from the best heuristic one; its order is placed by
+    #     the heuristics and joins the orders the exact stages try
+    searched: list[tuple[int, ...]] = []
+    if order == "free" and options.order_search_share > 0:
+        start = min(orders.values(), key=lambda o: order_cost(problem, o, capacity))
+        evaluations = evaluations_for(problem, search.take(options.order_search_share * search.left()))
+        found, cost = search_order(problem, capacity, start, evaluations, stop_at=search.bound)
+        search.stats["order_search"] = cost
+        if found != start:
+            searched.append(found)
+            search.offer(heuristic_plans(problem, capacity, {"searched": found})[0].solution,
+                         "heuristic on a searched order")
+            search.report("order search")
     # 2. free order on small graphs: the capacity-only optimum over all orders, then other orders
     #    (each excluding those tried) until one's decisions also fit in address space
     explored: list[tuple[int, ...]] = []
@@ -226,7 +242,7 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     # 3. the joint model on the best order so far, then on the heuristic orders
     #    (for fixed order, the program's own only)
     if order == "free":
-        queue = [search.best.order] + explored[:1] + [p.solution.order for p in plans]
+        queue = [search.best.order] + searched + explored[:1] + [p.solution.order for p in plans]
     else:
         queue = [program_order(problem)]
     queue = list(dict.fromkeys(queue))
