@@ -33,10 +33,7 @@ def search_order(problem: MemoryProblem, capacity: int, start: tuple[int, ...], 
                  stop_at: int = 0, seed: int = 0) -> tuple[tuple[int, ...], int]:
     """The best order found from `start` within `evaluations` moves, and its Belady traffic."""
     rng = random.Random(seed)
-    succs: list[list[int]] = [[] for _ in range(problem.num_kernels)]
-    for k, preds in enumerate(problem.preds):
-        for p in preds:
-            succs[p].append(k)
+    succs = problem.succs
     order = list(start)
     cost = order_cost(problem, start, capacity)
     best, best_cost = tuple(order), cost
