@@ -141,3 +141,30 @@ def test_plot_memory_map(tmp_path):
     path = tmp_path / "map.png"
     plot_memory_map(plan, str(path))
     assert path.stat().st_size > 0
+
+
+def test_an_orders_proven_capacity_optimum_is_solved_once(monkeypatch):
+    """A second visit of an order (stage 4 revisits the best one) reuses the proven capacity-only
+    optimum instead of solving its model again."""
+    from tilegraph.passes.memplan import api
+    from tilegraph.passes.memplan.generators import random_dag
+    from tilegraph.passes.memplan.orders import program_order
+
+    problem = random_dag(0, 12)
+    capacity = problem.max_working_set()[0]
+    capacity_only_solves = []
+    real = api.solve_fixed
+
+    def counting(*args, **kwargs):
+        if kwargs.get("addresses") is False:
+            capacity_only_solves.append(args[1])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(api, "solve_fixed", counting)
+    search = api._Search(problem, 20.0, None)
+    order = program_order(problem)
+    search.offer(api.heuristic_plans(problem, capacity, {"program": order})[0].solution, "heuristic")
+    options = Options(config=SolverConfig(num_workers=1, deterministic=True))
+    api._improve_order(search, capacity, order, options, free=True, share=0.5, joint=False)
+    assert order in search.order_optima
+    api._improve_order(search, capacity, order, options, free=True, share=0.5, joint=False)
+    assert capacity_only_solves == [order]
