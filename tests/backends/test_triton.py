@@ -12,7 +12,6 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import re  # noqa: E402
 from dataclasses import replace  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -30,111 +29,15 @@ from tilegraph.backends.triton import autotune  # noqa: E402
 from tilegraph.backends.triton.kernel import MAX_NUMEL  # noqa: E402
 from tilegraph.backends.triton.names import mangle  # noqa: E402
 from tilegraph.frontends.dsl import parse  # noqa: E402
-from tilegraph.ir import DType, GraphBuilder, TilegraphError  # noqa: E402
-from tilegraph.ir.program import Program  # noqa: E402
-from tilegraph.ir.target import Target  # noqa: E402
+from tilegraph.ir import GraphBuilder, TilegraphError  # noqa: E402
 from tilegraph.passes import PassManager  # noqa: E402
-from tilegraph.passes.tiling import tile_program  # noqa: E402
 
-# A target with a tiny on-chip memory: every loop gets ragged tiles and reductions are carried.
-TINY = Target("tiny", "accelerator", onchip_bytes=2048, double_buffer=True, line_bytes=16)
-TOLERANCE = {DType.f16: 1e-2, DType.bf16: 3e-2}
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from triton_cases import CASES, EXAMPLES, assert_same, check, tiny_program  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tilegraph-cache"))
-
-
-def tiny_program(graph) -> Program:
-    program = PassManager("canonicalize,fuse").run(graph)
-    kernels, reports = tile_program(program, TINY)
-    return replace(program, kernels=tuple(kernels), notes={**program.notes, "tiling": reports})
-
-
-def half_precision(graph) -> float:
-    """The loosest tolerance of any value in the graph: an f32 result computed from bf16 values carries
-    bf16 rounding, and the Triton interpreter rounds f32 -> bf16 by truncation (the GPU rounds to nearest)."""
-    values = list(graph.inputs) + list(graph.params) + [v for n in graph.nodes for v in n.results]
-    return max([TOLERANCE.get(v.type.dtype, 1e-4) for v in values], default=1e-4)
-
-
-def assert_same(got, want, types, floor: float = 0.0) -> None:
-    assert len(got) == len(want)
-    for a, b, t in zip(got, want, types):
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
-        if t.dtype.is_float:
-            tol = max(TOLERANCE.get(t.dtype, 1e-4), floor)
-            scale = float(np.nanmax(np.abs(b), initial=1.0)) if not np.all(np.isnan(b)) else 1.0
-            np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(scale, 1.0), equal_nan=True)
-        else:
-            np.testing.assert_array_equal(a, b)
-
-
-def check(graph, inputs=None, tiny: bool = False) -> tgt.TritonProgram:
-    """Build for the GPU target's tiles (or TINY's) and compare with the reference on the same params."""
-    inputs = reference.random_inputs(graph) if inputs is None else inputs
-    if tiny:
-        program = tiny_program(graph)
-        fn = tgt.build(program, reference.random_params(program.graph))
-    else:
-        fn = tilegraph.compile(graph, target="triton")
-    params = {v.name: a for v, a in fn.params.items()}
-    want = reference.run(graph, inputs, params={k: v for k, v in params.items()
-                                                if k in {p.name for p in graph.params}})
-    assert_same(fn(*inputs), want, [v.type for v in graph.outputs], half_precision(graph))
-    return fn
-
-
-CASES = {
-    "broadcast": """def f(x: f32[7, 13], b: f32[13], c: f32[7, 1]) -> f32[7, 13] {
-        return relu(x * b + c) - sigmoid(x)
-    }""",
-    "reductions": """def f(x: f32[5, 33, 17]) -> (f32[5], f32[33, 17], f32[5, 17]) {
-        return sum(x, axes=[1, 2]), max(x, axes=[0]), mean(x, axes=[1])
-    }""",
-    "row_sums": """def f(x: f32[13, 300]) -> (f32[13], f32[13]) {
-        return sum(x * x, axes=[1]), max(x, axes=[1])
-    }""",
-    "softmax": """def f(x: f32[19, 70]) -> f32[19, 70] {
-        return softmax(x)
-    }""",
-    "layer_norm": """def f(x: f32[9, 45], s: f32[45], t: f32[45]) -> f32[9, 45] {
-        return layer_norm(x, s, t, eps=1e-5)
-    }""",
-    "matmul_epilogue": """def f(x: f32[37, 50], w: f32[50, 45], b: f32[45]) -> f32[37, 45] {
-        return gelu(x @ w + b)
-    }""",
-    "matmul_f16": """def f(x: f16[20, 24], w: f16[24, 33]) -> f16[20, 33] {
-        return relu(x @ w)
-    }""",
-    "batch_matmul": """def f(a: f32[3, 20, 24], b: f32[3, 24, 18]) -> f32[3, 20, 18] {
-        return a @ b
-    }""",
-    "attention": """def f(q: f32[2, 40, 16], k: f32[2, 40, 16], v: f32[2, 40, 16]) -> f32[2, 40, 16] {
-        return attention(q, k, v)
-    }""",
-    "attention_bf16": """def f(q: bf16[1, 24, 16], k: bf16[1, 24, 16], v: bf16[1, 24, 16]) -> bf16[1, 24, 16] {
-        return attention(q, k, v)
-    }""",
-    "conv_relu": """def f(x: f32[2, 3, 11, 11], w: f32[16, 3, 3, 3]) -> f32[2, 16, 9, 9] {
-        return relu(conv2d(x, w))
-    }""",
-    "conv_padded": """def f(x: f32[1, 2, 7, 6], w: f32[4, 2, 3, 3]) -> f32[1, 4, 4, 3] {
-        return conv2d(x, w, stride=[2, 2], padding=[1, 1])
-    }""",
-    "bools": """def f(c: bool[7, 30], d: bool[7, 30]) -> (bool[7], bool[7], bool[30], bool[7, 30]) {
-        return sum(c, axes=[1]), max(c, axes=[1]), min(d, axes=[0]), where(c, d, c)
-    }""",
-    "conv_padding_only_column": """def f(x: f32[1, 1, 3, 1], w: f32[1, 1, 1, 1]) -> f32[1, 1, 2, 1] {
-        return conv2d(x, w, stride=[3, 3], padding=[1, 1])
-    }""",
-    "integers": """def f(a: i32[6, 5], b: i32[6, 5]) -> (i32[6, 5], i32[6], f32[6, 5]) {
-        return a * b - a, max(a, axes=[1]), cast(a, dtype=f32) / 3.0
-    }""",
-}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

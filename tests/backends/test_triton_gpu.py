@@ -1,0 +1,80 @@
+"""The Triton backend compiled by Triton for a real CUDA GPU: the same kernel kinds, examples and random
+graphs as the interpreter tests, compared with the numpy reference, plus autotuning on the device.
+
+Skipped without a CUDA device, and when TRITON_INTERPRET is set (the interpreter tests set it for the
+whole process, so run this file on its own on a GPU machine: `python -m pytest tests/backends/test_triton_gpu.py`).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
+pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
+if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"):
+    pytest.skip("TRITON_INTERPRET is set in this process (test_triton.py sets it): run this file on its own",
+                allow_module_level=True)
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: the GPU tests need one (the interpreter tests cover the CPU)",
+                allow_module_level=True)
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from strategies import graph_inputs, graphs  # noqa: E402
+from triton_cases import CASES, EXAMPLES, check  # noqa: E402
+
+import tilegraph  # noqa: E402
+from tilegraph.backends import reference  # noqa: E402
+from tilegraph.backends.triton import autotune  # noqa: E402
+from tilegraph.frontends.dsl import parse, parse_file  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_config(tmp_path_factory, monkeypatch):
+    """Each kernel is timed in one launch configuration only: five compiles per kernel would make the random
+    graphs slow, and the choice among configurations is tested on its own below."""
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tilegraph-cache"))
+    monkeypatch.setattr(autotune, "candidates", lambda uses_dot: (autotune.DEFAULT,))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_kinds_match_the_reference_on_the_gpu(name):
+    fn = check(parse(CASES[name]))
+    assert fn._device().type == "cuda"
+
+
+@pytest.mark.parametrize("name", ["row_sums", "softmax", "matmul_epilogue", "attention", "conv_relu",
+                                  "batch_matmul"])
+def test_ragged_tiles_and_carried_reductions_on_the_gpu(name):
+    check(parse(CASES[name]), tiny=True)
+
+
+@pytest.mark.parametrize("example", ["mlp", "lenet", "transformer_block", "resnet_block"])
+def test_examples_on_the_gpu(example):
+    check(parse_file(str(EXAMPLES / f"{example}.tg")))
+
+
+@given(st.data())
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+def test_random_graphs_match_the_reference_on_the_gpu(data):
+    graph = data.draw(graphs(max_nodes=6))
+    inputs = data.draw(graph_inputs(graph))
+    check(graph, inputs)
+    check(graph, inputs, tiny=True)
+
+
+def test_first_run_tunes_every_kernel_and_keeps_cuda_tensors(tmp_path, monkeypatch):
+    monkeypatch.undo()  # the real candidates, and a cache of this test's own
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    graph = parse(CASES["matmul_epilogue"])
+    fn = tilegraph.compile(graph, target="triton")
+    inputs = reference.random_inputs(graph)
+    (out,) = fn.run_torch(*(torch.from_numpy(a).cuda() for a in inputs))
+    assert out.is_cuda
+    assert fn.tuned and fn.timings, "a CUDA run times the launch configurations"
+    assert sorted(fn.timings) == [i for i, k in enumerate(fn.generated.kernels) if k is not None]
+    for position, times in fn.timings.items():
+        assert fn.configs[position] == min(times, key=times.get), "the fastest configuration is kept"
+    want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})[0]
+    np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
