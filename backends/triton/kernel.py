@@ -29,10 +29,16 @@ from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, Arg
 
 from .attention import AttentionMixin
-from .dot import GROUP_M, DotMixin, split_update
+from .dot import GROUP_M, MIN_DOT, DotMixin, split_update
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
 
 MAX_NUMEL = 1 << 20  # Triton's largest block tensor
+# What one program may hold while it reduces. The tiling pass sizes what is on chip per tile; a program
+# also broadcasts a non-dot reduction over its whole block (registers, spilled through shared memory)
+# and stages a tl.dot's operand blocks in shared memory once per pipeline stage. Unbounded, LeNet's and
+# the ResNet block's convolutions asked an H200 for 0.25-2 MiB of shared memory (it has 227 KiB).
+REGISTER_BLOCK = 1 << 14  # elements of a non-dot reduction's block
+DOT_STAGE_BYTES = 112 << 10  # bytes of a tl.dot's [M, K] and [K, N] blocks (two stages fit 227 KiB)
 _COMBINE = {"add": "+", "mul": "*"}
 _REDUCE = {"add": "tl.sum({x}, axis={k}, keep_dims=True)", "max": "tl.max({x}, axis={k}, keep_dims=True)",
            "min": "tl.min({x}, axis={k}, keep_dims=True)", "mul": "tl.reduce({x}, {k}, _tg_mul, keep_dims=True)"}
@@ -102,6 +108,8 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.kernel, self.domain, self.function = kernel, domain, function
         self.loops = plan_loops(kernel, domain)
         self.R = len(self.loops)
+        if kernel.kind == "generic":
+            self.walk_reductions_in_chunks()
         self.lines: list[str] = []
         self.depth = 1
         self.env: dict[Value, Expr] = {}  # values computed in this program
@@ -121,6 +129,32 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.outputs = set(outputs)
         self.args = tuple(inputs) + tuple(outputs)
         self.wide = any(v.type.numel >= 2 ** 31 for v in self.args)
+
+    def walk_reductions_in_chunks(self) -> None:
+        """Halve the widest reduction block of each reduction node (a carried `for` loop then walks the tile)
+        until the node fits REGISTER_BLOCK, or DOT_STAGE_BYTES if it is a tl.dot (whose K keeps MIN_DOT
+        lanes). Which outputs a program computes is unchanged: parallel tiles are the tiling pass's."""
+        whole = kept_whole(self.domain)
+        for i, space in enumerate(self.domain.spaces):
+            if space is None or all(x is None for x in space.init):
+                continue
+            while True:
+                plan, block = self.dot_plan(i), (lambda loops: math.prod(self.loops[k].block for k in loops))
+                if plan is not None:
+                    itemsize = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize
+                    fits = (block(plan.ms) + block(plan.ns)) * block(plan.bs) * block(plan.ks) * itemsize \
+                        <= DOT_STAGE_BYTES or block(plan.ks) <= MIN_DOT
+                    chunkable = plan.ks
+                else:
+                    fits = block(self.region(i)) <= REGISTER_BLOCK
+                    chunkable = self.domain.reduces(i)
+                chunkable = [k for k in chunkable if k not in whole and self.loops[k].block > 1]
+                if fits or not chunkable:
+                    break
+                k = max(chunkable, key=lambda d: (self.loops[d].block, -d))
+                loops = list(self.loops)
+                loops[k] = LoopPlan(loops[k].extent, REDUCTION, loops[k].block // 2, loops[k].block // 2)
+                self.loops = tuple(loops)
 
     # ----- small helpers ---------------------------------------------------------------------------
     def line(self, text: str) -> None:
