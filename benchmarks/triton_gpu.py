@@ -6,7 +6,9 @@
                                         # checks this script end to end; prints, writes nothing
 
 Cases (the issue's list): fused softmax and layer norm (M=4096, N from 512 to 16K), a GELU-MLP
-epilogue (gelu(x @ w + b)), attention, and matmul 4096^3 in fp16 and bf16. Every case runs the three
+epilogue (gelu(x @ w + b)), attention, and matmul 4096^3 in fp16 and bf16; then whole torch models in
+f32 through the fx frontend (a ResNet-18 basic block, a transformer encoder layer, an MLP), with
+TF32 off in torch so that both sides multiply in IEEE f32 as tilegraph's f32 tl.dot does. Every case runs the three
 implementations side by side in one process on the same tensors, checks tilegraph's result against
 eager, and reports times and ratios. Memory-bound cases are also given as a fraction of the measured
 device-to-device copy bandwidth; matmul-like cases as a fraction of cuBLAS (torch.matmul).
@@ -75,14 +77,15 @@ def compiled(torch, fn):
         return None
 
 
-def tilegraph_fn(source: str):
+def tilegraph_fn(source):
+    """The Triton build of a DSL source text, or of a Graph (a traced torch model)."""
     import tilegraph
     from tilegraph.frontends.dsl import parse
 
-    return tilegraph.compile(parse(source), target="triton")
+    return tilegraph.compile(parse(source) if isinstance(source, str) else source, target="triton")
 
 
-def run_case(torch, case: str, shape: str, dtype: str, source: str, inputs, eager, *, bytes_moved=None, flops=None,
+def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *, bytes_moved=None, flops=None,
              cublas=None, note="") -> Row:
     fn = tilegraph_fn(source)
     ours = lambda: fn.run_torch(*inputs)  # noqa: E731
@@ -146,6 +149,61 @@ def cases(torch, quick: bool):
         src = f"def f(a: {name}[{S}, {S}], c: {name}[{S}, {S}]) -> {name}[{S}, {S}] {{ return a @ c }}"
         yield dict(case="matmul", shape=f"{S}^3", dtype=name, source=src, inputs=[a, c],
                    eager=lambda a, c: a @ c, flops=2 * S ** 3, cublas=lambda a=a, c=c: a @ c)
+    yield from model_cases(torch, quick)
+
+
+def basic_block(torch, c: int):
+    """A ResNet-18 basic block (its batch norms are folded by the frontend, run as they are by torch)."""
+    import torch.nn.functional as F
+
+    class BasicBlock(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.bn1 = torch.nn.BatchNorm2d(c)
+            self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.bn2 = torch.nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            return F.relu(x + self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+
+    return BasicBlock()
+
+
+def model_cases(torch, quick: bool):
+    """Whole f32 models traced with the fx frontend; eager and torch.compile run the same module."""
+    from tilegraph.frontends.fx import from_module
+
+    batch = 1 if DRY_RUN else 8 if quick else 32
+    c, hw = (8, 8) if DRY_RUN else (64, 56)
+    d, tokens = (32, 16) if DRY_RUN else (256, 128)
+    mlp_in, mlp_hidden = (64, 32) if DRY_RUN else (784, 512)
+    layer = torch.nn.TransformerEncoderLayer(d_model=d, nhead=4, dim_feedforward=4 * d, dropout=0.0,
+                                             activation="gelu", batch_first=True)
+    mlp = torch.nn.Sequential(torch.nn.Linear(mlp_in, mlp_hidden), torch.nn.ReLU(),
+                              torch.nn.Linear(mlp_hidden, mlp_hidden), torch.nn.ReLU(), torch.nn.Linear(mlp_hidden, 10))
+    models = [("resnet18_basic_block", f"{batch}x{c}x{hw}x{hw}", basic_block(torch, c), (batch, c, hw, hw),
+               2 * 2 * batch * c * c * 9 * hw * hw),
+              ("transformer_encoder_layer", f"{batch}x{tokens}x{d}", layer, (batch, tokens, d),
+               batch * tokens * (2 * 4 * d * d + 2 * 2 * tokens * d + 2 * 2 * 4 * d * d)),
+              ("mlp", f"{8 * batch}x{mlp_in}", mlp, (8 * batch, mlp_in),
+               2 * 8 * batch * (mlp_in * mlp_hidden + mlp_hidden * mlp_hidden + mlp_hidden * 10))]
+    for name, shape, module, input_shape, flops in models:
+        module.eval()
+        for m in module.modules():  # non-trivial inference-mode batch norms
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+        example = torch.randn(*input_shape)
+        graph = from_module(module, (example,))
+        module = module.to(DEVICE)
+
+        def eager(x, module=module):
+            with torch.no_grad():
+                return module(x)
+
+        yield dict(case=name, shape=shape, dtype="f32", source=graph, inputs=[example.to(DEVICE)], eager=eager,
+                   flops=flops, note="torch model via the fx frontend")
 
 
 def table(rows: list[Row], bandwidth: float, device: str) -> str:
@@ -201,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False  # f32 rows: IEEE products on both sides
+    torch.backends.cudnn.allow_tf32 = False
     device = "CPU (Triton interpreter, dry run: times are meaningless)" if DRY_RUN else torch.cuda.get_device_name()
     bandwidth = copy_bandwidth(torch)
     rows = []
