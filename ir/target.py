@@ -49,6 +49,7 @@ class Target:
     max_threads_per_block: int = 0
     warp_size: int = 0
     registers_per_block: int = 0
+    matrix_unit: int = 0  # smallest M, N and K a tensor-core product takes (0: no matrix unit)
     # accelerator PE array
     pe_rows: int = 0
     pe_cols: int = 0

@@ -116,7 +116,9 @@ class DotMixin:
             return name
         e, _ = self.read(value, amap)
         mask = self.mask_of(plan.ks) if value in self.env else None  # loads already read 0 in tails
-        x = e.code if not mask else f"tl.where({mask}, {e.code}, 0.0)"
+        # the zero fill keeps the operand's type: a float32 0.0 would promote a bf16 operand, and tl.dot
+        # takes operands of one type (the interpreter reads mismatched ones as garbage)
+        x = e.code if not mask else f"tl.where({mask}, {e.code}, 0.0).to(tl.{e.type})"
         group = plan.bs + rows + cols
         self.line(f"{name} = tl.broadcast_to({x}, {self.shape(set(group))})")
         self.rearrange(name, sorted(group), list(group))
@@ -130,6 +132,8 @@ class DotMixin:
         a = self.dot_operand(i, plan, 0)
         b = self.dot_operand(i, plan, 1)
         dtype = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.name
+        if dtype == "bf16" and self.interpreter:
+            a, b, dtype = f"{a}.to(tl.float32)", f"{b}.to(tl.float32)", "f32"
         precision = ', input_precision="ieee"' if dtype == "f32" else ""
         self.uses_dot = True
         if acc is not None:

@@ -104,8 +104,9 @@ def plan_loops(kernel: Kernel, domain) -> tuple[LoopPlan, ...]:
 class KernelEmitter(DotMixin, AttentionMixin):
     """Emits one kernel; `emit()` returns its KernelSource."""
 
-    def __init__(self, kernel: Kernel, domain, function: str) -> None:
+    def __init__(self, kernel: Kernel, domain, function: str, interpreter: bool = False) -> None:
         self.kernel, self.domain, self.function = kernel, domain, function
+        self.interpreter = interpreter
         self.loops = plan_loops(kernel, domain)
         self.R = len(self.loops)
         if kernel.kind == "generic":
@@ -485,9 +486,9 @@ class KernelEmitter(DotMixin, AttentionMixin):
         return KernelSource(self.function, "\n".join(self.lines) + "\n", grid, self.args, self.loops, self.uses_dot)
 
 
-def emit_kernel(kernel: Kernel, domain, function: str) -> KernelSource:
+def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False) -> KernelSource:
     """The `@triton.jit` source of one structured kernel (raises TilegraphError when unsupported)."""
-    return KernelEmitter(kernel, domain, function).emit()
+    return KernelEmitter(kernel, domain, function, interpreter).emit()
 
 
 __all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2", "MAX_NUMEL"]

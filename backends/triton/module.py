@@ -86,8 +86,10 @@ def _layout_step(kernel: Kernel, slots: dict[Value, int], arena: Arena, arena_sl
     return [f"    {out} = ({expr}).contiguous()"]
 
 
-def generate(program: Program) -> GeneratedModule:
-    """The whole module for a fused, tiled Program (TilegraphError names any unsupported kernel)."""
+def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
+    """The whole module for a fused, tiled Program (TilegraphError names any unsupported kernel).
+    `interpreter`: for Triton's CPU interpreter, whose bf16 tl.dot returns garbage (Triton 3.9), bf16
+    products are widened to f32 there; the GPU source keeps them on the tensor cores."""
     from tilegraph.passes.fusion import kernel_domain_of
 
     graph = program.graph
@@ -112,7 +114,7 @@ def generate(program: Program) -> GeneratedModule:
             steps.extend(_layout_step(kernel, slots, arena, arena_slot))
             sources.append(None)
         else:
-            source = emit_kernel(kernel, domain, kernel_function(position, kernel.name))
+            source = emit_kernel(kernel, domain, kernel_function(position, kernel.name), interpreter)
             sources.append(source)
             parts.append(source.text)
             for value in kernel.outputs:

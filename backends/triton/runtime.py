@@ -59,7 +59,7 @@ class TritonProgram(CompiledProgram):
     backend = "triton"
 
     def __init__(self, program: Program, params: Mapping, device: str | None = None, autotune_: bool = True) -> None:
-        generated = generate(program)
+        generated = generate(program, interpreter=_interpreting())
         super().__init__(program, params, generated.text)
         self.generated = generated
         self.device = device

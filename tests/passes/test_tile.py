@@ -77,9 +77,35 @@ def test_matmul_tiling_fits_and_is_near_the_hong_kung_bound(target):
     words = budget / 4
     assert report.bound == "hong-kung"
     assert report.lower_bound == int(2 * 1024 ** 3 / math.sqrt(words) * 4)
-    assert report.lower_bound <= report.traffic <= 3.5 * report.lower_bound
+    if load_target(target).kind == "gpu":  # parallelism first: 256 tiles of 64x64 for 132 SMs, not 64 of 128x128
+        assert report.parallel_tiles >= load_target(target).parallel_units
+        assert report.lower_bound <= report.traffic <= 4 * report.lower_bound
+    else:
+        assert report.lower_bound <= report.traffic <= 3.5 * report.lower_bound
     (kernel,) = program.kernels
     assert {name for name, _ in kernel.tiles} == {loop.name for loop in kernel_domain_of(kernel).loops}
+
+
+def test_gpu_contractions_feed_the_tensor_cores():
+    """A tile narrower than the matrix unit (16 on gpu-h100) would run a contraction on scalar cores:
+    the ResNet block's convolutions got 4 output channels per tile and ran 28x slower than torch."""
+    from tilegraph.frontends.dsl import parse
+    from tilegraph.passes.tiling.search import matrix_groups
+
+    graph = parse("""def f(x: f32[32, 64, 56, 56], w: f32[64, 64, 3, 3], v: f32[256, 784], u: f32[784, 512])
+                     -> (f32[32, 64, 56, 56], f32[256, 512]) { return relu(conv2d(x, w, padding=[1, 1])), v @ u }""")
+    gpu = load_target("gpu-h100")
+    for target, unit in ((gpu, 16), (replace(gpu, matrix_unit=0), 0)):
+        program = tiled(graph, target)
+        narrow = 0
+        for kernel in program.kernels:
+            domain, tiles = kernel_domain_of(kernel), dict(kernel.tiles)
+            for group in matrix_groups(domain):
+                for loops in group:
+                    size = math.prod(tiles.get(domain.loops[d].name, domain.loops[d].extent) for d in loops)
+                    whole = math.prod(domain.loops[d].extent for d in loops)
+                    narrow += size < min(16, whole)
+        assert (narrow == 0) if unit else (narrow > 0)
 
 
 def test_a_larger_budget_moves_fewer_bytes():
