@@ -36,6 +36,7 @@ import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
 from tilegraph.frontends.dsl import parse_file  # noqa: E402
 from tilegraph.frontends.fx import from_module  # noqa: E402
+from torch_models import BasicBlock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "cpu.md"
@@ -94,18 +95,6 @@ class GraphModule(torch.nn.Module):
 
 
 # ----- models -----------------------------------------------------------------------------------------------
-class BasicBlock(torch.nn.Module):
-    def __init__(self, c: int = 64) -> None:
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn1 = torch.nn.BatchNorm2d(c)
-        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn2 = torch.nn.BatchNorm2d(c)
-
-    def forward(self, x):
-        return F.relu(x + self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
-
-
 class MLP(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

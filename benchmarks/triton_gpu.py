@@ -152,26 +152,10 @@ def cases(torch, quick: bool):
     yield from model_cases(torch, quick)
 
 
-def basic_block(torch, c: int):
-    """A ResNet-18 basic block (its batch norms are folded by the frontend, run as they are by torch)."""
-    import torch.nn.functional as F
-
-    class BasicBlock(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-            self.bn1 = torch.nn.BatchNorm2d(c)
-            self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-            self.bn2 = torch.nn.BatchNorm2d(c)
-
-        def forward(self, x):
-            return F.relu(x + self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
-
-    return BasicBlock()
-
-
 def model_cases(torch, quick: bool):
     """Whole f32 models traced with the fx frontend; eager and torch.compile run the same module."""
+    from torch_models import BasicBlock
+
     from tilegraph.frontends.fx import from_module
 
     batch = 1 if DRY_RUN else 8 if quick else 32
@@ -182,7 +166,7 @@ def model_cases(torch, quick: bool):
                                              activation="gelu", batch_first=True)
     mlp = torch.nn.Sequential(torch.nn.Linear(mlp_in, mlp_hidden), torch.nn.ReLU(),
                               torch.nn.Linear(mlp_hidden, mlp_hidden), torch.nn.ReLU(), torch.nn.Linear(mlp_hidden, 10))
-    models = [("resnet18_basic_block", f"{batch}x{c}x{hw}x{hw}", basic_block(torch, c), (batch, c, hw, hw),
+    models = [("resnet18_basic_block", f"{batch}x{c}x{hw}x{hw}", BasicBlock(c), (batch, c, hw, hw),
                2 * 2 * batch * c * c * 9 * hw * hw),
               ("transformer_encoder_layer", f"{batch}x{tokens}x{d}", layer, (batch, tokens, d),
                batch * tokens * (2 * 4 * d * d + 2 * 2 * tokens * d + 2 * 2 * 4 * d * d)),
