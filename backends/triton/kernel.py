@@ -140,14 +140,14 @@ class KernelEmitter(DotMixin, AttentionMixin):
             if space is None or all(x is None for x in space.init):
                 continue
             while True:
-                plan, block = self.dot_plan(i), (lambda loops: math.prod(self.loops[k].block for k in loops))
+                plan, numel = self.dot_plan(i), self.numel
                 if plan is not None:
                     itemsize = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize
-                    fits = (block(plan.ms) + block(plan.ns)) * block(plan.bs) * block(plan.ks) * itemsize \
-                        <= DOT_STAGE_BYTES or block(plan.ks) <= MIN_DOT
+                    fits = (numel(plan.ms) + numel(plan.ns)) * numel(plan.bs) * numel(plan.ks) * itemsize \
+                        <= DOT_STAGE_BYTES or numel(plan.ks) <= MIN_DOT
                     chunkable = plan.ks
                 else:
-                    fits = block(self.region(i)) <= REGISTER_BLOCK
+                    fits = numel(self.region(i)) <= REGISTER_BLOCK
                     chunkable = self.domain.reduces(i)
                 chunkable = [k for k in chunkable if k not in whole and self.loops[k].block > 1]
                 if fits or not chunkable:
