@@ -24,7 +24,6 @@ from pathlib import Path
 from tilegraph.ir import GraphBuilder
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.passes.memplan import check_plan, from_program, peak_live, plan_from_solution, solve_problem
-from tilegraph.passes.memplan.api import Options
 from tilegraph.passes.memplan.generators import random_dag
 from tilegraph.passes.memplan.heuristics import heuristic_plans
 from tilegraph.passes.memplan.orders import candidate_orders
@@ -551,7 +550,7 @@ def summarize(rows: list[str], valid: int, total: int, seconds: float | None) ->
     mid = [r for r in recs if 80 < int(r["kernels"]) <= 300]
     big = [r for r in recs if int(r["kernels"]) > 300]
     lines = [
-        f"\n## Summary\n",
+        "\n## Summary\n",
         f"- Plans valid (independent checker, also the two best baseline plans of each row): {valid}/{total}.",
         f"- Non-compulsory bytes vs the best baseline, averaged over the {len(real)} non-degenerate instances "
         f"with baseline traffic > 0: {sum(reds) / max(1, len(reds)):.1%} less "
