@@ -50,6 +50,16 @@ def assert_same(got, want, types, floor: float = 0.0) -> None:
             np.testing.assert_array_equal(a, b)
 
 
+def check_random(data, max_nodes: int = 6) -> None:
+    """A drawn random graph and inputs, checked with the default tiles and with TINY's."""
+    from strategies import graph_inputs, graphs
+
+    graph = data.draw(graphs(max_nodes=max_nodes))
+    inputs = data.draw(graph_inputs(graph))
+    check(graph, inputs)
+    check(graph, inputs, tiny=True)
+
+
 def check(graph, inputs=None, tiny: bool = False) -> tgt.TritonProgram:
     """Build for the GPU target's tiles (or TINY's) and compare with the reference on the same params."""
     inputs = reference.random_inputs(graph) if inputs is None else inputs

@@ -117,7 +117,7 @@ class DotMixin:
         e, _ = self.read(value, amap)
         mask = self.mask_of(plan.ks) if value in self.env else None  # loads already read 0 in tails
         # the zero fill keeps the operand's type: a float32 0.0 would promote a bf16 operand, and tl.dot
-        # takes operands of one type (the interpreter reads mismatched ones as garbage)
+        # takes operands of one type
         x = e.code if not mask else f"tl.where({mask}, {e.code}, 0.0).to(tl.{e.type})"
         group = plan.bs + rows + cols
         self.line(f"{name} = tl.broadcast_to({x}, {self.shape(set(group))})")

@@ -135,12 +135,12 @@ class KernelEmitter(DotMixin, AttentionMixin):
         """Halve the widest reduction block of each reduction node (a carried `for` loop then walks the tile)
         until the node fits REGISTER_BLOCK, or DOT_STAGE_BYTES if it is a tl.dot (whose K keeps MIN_DOT
         lanes). Which outputs a program computes is unchanged: parallel tiles are the tiling pass's."""
-        whole = kept_whole(self.domain)
+        whole, numel = kept_whole(self.domain), self.numel
         for i, space in enumerate(self.domain.spaces):
             if space is None or all(x is None for x in space.init):
                 continue
             while True:
-                plan, numel = self.dot_plan(i), self.numel
+                plan = self.dot_plan(i)
                 if plan is not None:
                     itemsize = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize
                     fits = (numel(plan.ms) + numel(plan.ns)) * numel(plan.bs) * numel(plan.ks) * itemsize \

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilegraph.ir.target import Target
-
 from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
+from tilegraph.ir.target import Target
 
 from ..fusion.domain import FULL, KernelDomain
 from .model import evaluate, loop_orders

@@ -20,7 +20,6 @@ pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
 pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-from strategies import graph_inputs, graphs  # noqa: E402
 
 import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
@@ -32,7 +31,7 @@ from tilegraph.frontends.dsl import parse  # noqa: E402
 from tilegraph.ir import GraphBuilder, TilegraphError  # noqa: E402
 from tilegraph.passes import PassManager  # noqa: E402
 
-from triton_cases import CASES, EXAMPLES, assert_same, check, tiny_program  # noqa: E402
+from triton_cases import CASES, EXAMPLES, assert_same, check, check_random, tiny_program  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -114,10 +113,7 @@ def test_big_examples_run_under_the_interpreter(example):
 @given(st.data())
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 def test_random_graphs_match_the_reference(data):
-    graph = data.draw(graphs(max_nodes=6))
-    inputs = data.draw(graph_inputs(graph))
-    check(graph, inputs)
-    check(graph, inputs, tiny=True)
+    check_random(data)
 
 
 # ----- intermediates live in one arena ---------------------------------------------------------------------

@@ -6,14 +6,15 @@ whole process, so run this file on its own on a GPU machine: `python -m pytest t
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
 pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
-if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"):
+
+from tilegraph.backends.triton.runtime import _interpreting  # noqa: E402
+
+if _interpreting():
     pytest.skip("TRITON_INTERPRET is set in this process (test_triton.py sets it): run this file on its own",
                 allow_module_level=True)
 if not torch.cuda.is_available():
@@ -21,8 +22,7 @@ if not torch.cuda.is_available():
                 allow_module_level=True)
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-from strategies import graph_inputs, graphs  # noqa: E402
-from triton_cases import CASES, EXAMPLES, check  # noqa: E402
+from triton_cases import CASES, EXAMPLES, check, check_random  # noqa: E402
 
 import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
@@ -58,10 +58,7 @@ def test_examples_on_the_gpu(example):
 @given(st.data())
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 def test_random_graphs_match_the_reference_on_the_gpu(data):
-    graph = data.draw(graphs(max_nodes=6))
-    inputs = data.draw(graph_inputs(graph))
-    check(graph, inputs)
-    check(graph, inputs, tiny=True)
+    check_random(data)
 
 
 def test_first_run_tunes_every_kernel_and_keeps_cuda_tensors(tmp_path, monkeypatch):
