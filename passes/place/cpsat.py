@@ -231,6 +231,9 @@ class _Builder:
             if var is not self.true:
                 values[var.Index()] = (var, int(value))
 
+        def hinted(var) -> int:  # a literal fixed by `allowed` is the constant true, never hinted
+            return 1 if var is self.true else values[var.Index()][1]
+
         for i in range(pb.n):
             put(self.s[i], sched.start[i])
             put(self.e[i], sched.finish[i])
@@ -261,14 +264,14 @@ class _Builder:
             i = t.producer
             end = max(sched.finish[i], on.get((k, p), 0), sched.makespan if t.output else 0)
             for q in range(m):
-                if (k, p, q) in self.tr and values[self.tr[(k, p, q)].Index()][1]:
-                    end = max(end, values[self.ts[(k, q)].Index()][1] + pb.xfer[k][p * m + q])
+                if (k, p, q) in self.tr and hinted(self.tr[(k, p, q)]):
+                    end = max(end, hinted(self.ts[(k, q)]) + pb.xfer[k][p * m + q])
             put(r, end)
             put(self.size[("r", k, p)], end - sched.start[i])
         for (k, p), v in self.present.items():
             put(v, (k, p) in sent)
         for (k, p), c in self.c.items():
-            ts = values[self.ts[(k, p)].Index()][1]
+            ts = hinted(self.ts[(k, p)])
             end = max(ts, on.get((k, p), 0))
             put(c, end)
             put(self.size[("c", k, p)], end - ts)
