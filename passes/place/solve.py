@@ -37,19 +37,20 @@ from .problem import PlacementProblem, Schedule
 
 METHODS = ("auto", "cpsat", "local", "lns", "heft", "cpop", "peft", "metf", "mtopo", "lp", "portfolio")
 
-# Calibration on the reference machine (2 cores): a list-scheduling decode takes about
-# DECODE_A * (tasks + tensors) * devices seconds; CP-SAT, interleaved in one thread, advances
+# Calibration on the reference machine (2 cores). CP-SAT, interleaved in one thread, advances
 # about 0.65 / devices deterministic units per wall second on 50-100 tasks (0.34 on cpu-gpu-pcie,
-# 0.20-0.22 on cpu-gpu-npu, 0.13 on 4-core-npu). `cpsat_dtime_rate` stays below that, so that
+# 0.20-0.22 on cpu-gpu-npu, 0.13 on 4-core-npu); `cpsat_dtime_rate` stays below that, so that
 # work, not the clock, ends the search on this machine.
-DECODE_A = 2.0e-6
-# A randomized-portfolio sample (every device tried per task) costs about SAMPLE_A * (tasks +
-# tensors) * devices seconds plus SAMPLE_MEM * tasks^2 per memory-limited device (the trackers'
-# scans grow with the schedule); a local-search decode (one device per task) about DECODE_SHARE of
-# a sample. Fitted on the reference machine while shared (load 6 on 2 cores), divided by 1.5.
-SAMPLE_A = 1.2e-6
-SAMPLE_MEM = 1.3e-8
-DECODE_SHARE = 0.6
+# List-scheduling costs, fitted on the idle machine to random DAGs of 50-2000 tasks on the three
+# presets with and without memory limits (`_cost`'s terms: (tasks + tensors) x devices,
+# tasks + tensors, tasks^2 when any device is memory-limited and per such device: the memory
+# trackers' scans grow with the schedule). The fits are within 0.8-1.4x of the measurements;
+# COST_MARGIN keeps the work budgets inside the wall-clock guards under load, so that the same
+# input gives the same schedule. A randomized-portfolio sample tries every device per task; a
+# local-search decode takes the assigned one.
+SAMPLE_COST = (2.2e-6, 2.2e-6, 2.2e-8, 1.0e-8)
+DECODE_COST = (2.1e-7, 2.7e-6, 1.2e-8, 1.0e-10)
+COST_MARGIN = 1.5
 GRASP_MAX_SAMPLES = 4000
 
 Progress = Callable[[str, int, int, float], None]
@@ -90,19 +91,23 @@ def cpsat_dtime_rate(pb: PlacementProblem) -> float:
     return max(0.12, 0.5 / pb.m)
 
 
-def decode_seconds(pb: PlacementProblem) -> float:
-    return DECODE_A * (pb.n + len(pb.tensors) + 1) * pb.m
+def _cost(pb: PlacementProblem, coefficients: tuple[float, float, float, float]) -> float:
+    size = pb.n + len(pb.tensors) + 1
+    limited = sum(pb.memory_limited)
+    per_size_device, per_size, per_square, per_square_device = coefficients
+    return COST_MARGIN * (per_size_device * size * pb.m + per_size * size
+                          + (per_square + per_square_device * limited) * pb.n ** 2 * (limited > 0))
 
 
 def sample_seconds(pb: PlacementProblem) -> float:
-    """Estimated seconds of one randomized-portfolio sample (sizes the deterministic sample count)."""
-    limited = sum(pb.memory_limited)
-    return SAMPLE_A * (pb.n + len(pb.tensors) + 1) * pb.m + SAMPLE_MEM * pb.n ** 2 * limited
+    """Estimated seconds of one randomized-portfolio sample or portfolio variant (sizes their
+    deterministic counts)."""
+    return _cost(pb, SAMPLE_COST)
 
 
 def local_decode_seconds(pb: PlacementProblem) -> float:
     """Estimated seconds of one local-search decode (sizes its deterministic work budget)."""
-    return DECODE_SHARE * sample_seconds(pb)
+    return _cost(pb, DECODE_COST)
 
 
 def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress: Progress | None = None) -> Outcome:
@@ -145,7 +150,7 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
     def portfolio():  # our own list-scheduling variants: priorities x look-ahead / thrifty choices
         variants = portfolio_variants()
         # as many as fit in a tenth of the time limit (a deterministic count: estimated cost)
-        count = max(4, int(0.1 * limit / (decode_seconds(pb) * (2 if binds else 1))))
+        count = max(4, int(0.1 * limit / (sample_seconds(pb) * (2 if binds else 1))))
         found = []
         for prio, choice in variants[:count]:
             found += [s for s in (variant(pb, prio, choice), variant(pb, prio, choice, stream=True) if binds else None)
@@ -175,9 +180,9 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
     wall_guard = False
     exact_size = pb.n <= options.exact_max_tasks
     if options.method == "auto" and left() > 0 and not (best is not None and best.makespan <= lower):
-        # the randomized portfolio: 45% of the limit on large graphs, 8% when CP-SAT follows; the
+        # the randomized portfolio: half the limit on large graphs, 8% when CP-SAT follows; the
         # sample count comes from the limit, not the clock, so that it is the same on every run
-        share = limit * (0.08 if exact_size else 0.45)
+        share = limit * (0.08 if exact_size else 0.5)
         t = time.monotonic()
         samples = max(8, min(GRASP_MAX_SAMPLES, int(share / sample_seconds(pb))))
         guard = min(share * 2 if options.deterministic else share, 0.8 * left())  # leave local search some
@@ -192,9 +197,9 @@ def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress
                 best = sampled
     if options.method in ("auto", "local") and best is not None and left() > 0:
         share = left() * (0.25 if options.method == "auto" and exact_size else 1.0)
-        # the work budget, like the sample count, from the limit: 20% with CP-SAT after it, 45% after
+        # the work budget, like the sample count, from the limit: 20% with CP-SAT after it, 50% after
         # the randomized portfolio, 85% alone
-        budget = limit * (0.2 if options.method == "auto" and exact_size else 0.45 if options.method == "auto"
+        budget = limit * (0.2 if options.method == "auto" and exact_size else 0.5 if options.method == "auto"
                           else 0.85)
         t = time.monotonic()
         evals = max(1, int(budget / local_decode_seconds(pb))) if options.deterministic else None
