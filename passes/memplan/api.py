@@ -1,8 +1,10 @@
 """plan_memory: heuristic plan first, then the exact models within the time limit.
 
 Stages (each keeps the best plan so far, so the answer is never worse than the heuristic):
-1. TFLite-style heuristics on a few topological orders (the warm start and the baseline); with free
-   order, a local search over orders scored by the bytes-only Belady traffic (order_search.py).
+1. TFLite-style heuristics on a few topological orders (the warm start and the baseline); with
+   weights, the same problem without them, planned whole (a relaxation: its bound holds here, and
+   its order is tried); with free order, a local search over orders scored by the bytes-only Belady
+   traffic (order_search.py).
 2. Free order, at most `free_order_limit` kernels or `free_order_cells` model variables: the
    time-indexed capacity-only model gives a bound for every order and an order with replacement
    decisions. Else, up to `band_limit` kernels: the partition bound (the same model on parts of the
@@ -37,7 +39,7 @@ from .heuristics import heuristic_plans
 from .order_search import evaluations_for, order_cost, search_order
 from .orders import candidate_orders, program_order
 from .partition import joint_partition_bound
-from .problem import MemoryProblem, MemplanError, from_program, peak_live
+from .problem import MemoryProblem, MemplanError, TensorKind, from_program, peak_live, without_tensors
 from .solution import Solution, Timeline, compulsory, to_plan_parts, traffic
 from .windowed import improve_windowed
 
@@ -77,6 +79,8 @@ class Options:
     partition_share: float = 0.25  # graphs too big for free order (up to band_limit): the partition bound
     partition_size: int = 20  # kernels per part of the partition bound
     order_search_share: float = 0.2  # free order: of the time limit, local search over orders (order_search.py)
+    weightless_share: float = 0.5  # with weights: of the time left, planning the problem without them (a bound)
+    weightless_trigger: float = 0.9  # ... when the best order's heuristic plan keeps this share of its traffic without them
     config: SolverConfig = SolverConfig()
 
 
@@ -204,11 +208,34 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     search.stats["cover_bound"] = cover
     if search.done():
         return _make_plan(problem, capacity, search, baseline, order, weights)
-    # 1b. free order: local search over orders from the best heuristic one; its order is placed by
-    #     the heuristics and joins the orders the exact stages try
+    # 1b. with weights: the problem without them is a relaxation, far easier to bound where weights
+    #     cause little of the traffic (a weight read by one kernel only adds to its working set): then
+    #     its bound holds here, and its order is tried
     searched: list[tuple[int, ...]] = []
+    weight_ids = {i for i, kind in enumerate(problem.kinds) if kind is TensorKind.WEIGHT}
+    relaxed = without_tensors(problem, weight_ids) if weight_ids and options.weightless_share > 0 else None
+    if relaxed is not None and heuristic_plans(relaxed, capacity, {"best": search.best.order})[0].traffic \
+            >= options.weightless_trigger * search.best_cost:
+        sub = solve_problem(relaxed, capacity, order=order, solver=solver,
+                            time_limit=search.take(options.weightless_share * search.left()),
+                            options=dataclasses.replace(options, weightless_share=0.0))
+        search.raise_bound(sub.bounds.traffic, "the problem without weights")
+        search.stats["weightless_bound"] = sub.bounds.traffic
+        search.report("the problem without weights")
+        if search.done():
+            return _make_plan(problem, capacity, search, baseline, order, weights)
+        if order == "free":
+            kernel_id = {name: k for k, name in enumerate(problem.kernel_names)}
+            weightless_order = tuple(kernel_id[name] for name in sub.order)
+            searched.append(weightless_order)
+            search.offer(heuristic_plans(problem, capacity, {"weightless": weightless_order})[0].solution,
+                         "heuristic on the weightless plan's order")
+            if search.done():
+                return _make_plan(problem, capacity, search, baseline, order, weights)
+    # 1c. free order: local search over orders from the best heuristic one; its order is placed by
+    #     the heuristics and joins the orders the exact stages try
     if order == "free" and options.order_search_share > 0:
-        start = min(orders.values(), key=lambda o: order_cost(problem, o, capacity))
+        start = min([*orders.values(), *searched], key=lambda o: order_cost(problem, o, capacity))
         evaluations = evaluations_for(problem, search.take(options.order_search_share * search.left()))
         found, cost = search_order(problem, capacity, start, evaluations, stop_at=search.bound)
         search.stats["order_search"] = cost

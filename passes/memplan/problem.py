@@ -152,6 +152,24 @@ class MemoryProblem:
         return all(pos[p] < pos[k] for k in range(self.num_kernels) for p in self.preds[k])
 
 
+def without_tensors(problem: MemoryProblem, dropped: set[int]) -> MemoryProblem:
+    """The same kernels without the tensors in `dropped`: a relaxation, since every plan of the
+    problem, with those tensors' residencies and events removed, is a plan of this one with no more
+    traffic. Kernel ids (so orders) are unchanged."""
+    kept = [i for i in range(problem.num_tensors) if i not in dropped]
+    index = {i: n for n, i in enumerate(kept)}
+
+    def pick(values):
+        return tuple(values[i] for i in kept)
+
+    def remap(lists):
+        return tuple(tuple(index[i] for i in ts if i in index) for ts in lists)
+
+    return MemoryProblem(pick(problem.tensor_names), pick(problem.sizes), pick(problem.kinds),
+                         pick(problem.is_output), problem.kernel_names, remap(problem.kernel_inputs),
+                         remap(problem.kernel_outputs))
+
+
 def positions(order) -> list[int]:
     """Inverse permutation: step of each kernel."""
     pos = [0] * len(order)

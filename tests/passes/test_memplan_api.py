@@ -168,3 +168,27 @@ def test_an_orders_proven_capacity_optimum_is_solved_once(monkeypatch):
     assert order in search.order_optima
     api._improve_order(search, capacity, order, options, free=True, share=0.5, joint=False)
     assert capacity_only_solves == [order]
+
+
+def test_light_weights_are_bounded_through_the_problem_without_them():
+    """Where weights cause little of the traffic, the problem without them is planned first: its bound
+    holds for the weighted problem (a relaxation) and is reported."""
+    import dataclasses
+
+    from tilegraph.passes.memplan import solve_problem
+    from tilegraph.passes.memplan.generators import random_dag
+
+    heavy = random_dag(3, 24, weights=True)
+    sizes = tuple(1 if kind is TensorKind.WEIGHT else size for kind, size in zip(heavy.kinds, heavy.sizes))
+    problem = dataclasses.replace(heavy, sizes=sizes)
+    ws, _ = problem.max_working_set()
+    capacity = ws + (peak_live(problem, tuple(range(24))) - ws) // 10
+    options = Options(config=SolverConfig(num_workers=1, deterministic=True))
+    plan = solve_problem(problem, capacity, time_limit=4, options=options, weights=True)
+    check_plan(problem, plan)
+    stats = dict(plan.stats)
+    assert plan.traffic > 0
+    assert 0 < stats["weightless_bound"] <= plan.bounds.traffic <= plan.traffic
+    never = solve_problem(problem, capacity, time_limit=4, options=dataclasses.replace(options, weightless_trigger=2.0),
+                          weights=True)
+    assert "weightless_bound" not in dict(never.stats)

@@ -173,3 +173,22 @@ def test_all_orders_bounds_never_exceed_brute_force(seed, kernels, weights, extr
     assert result.bound <= expected
     if result.status == "optimal":  # addresses ignored: the capacity-only optimum is at most the true one
         assert result.objective <= expected
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 10_000), kernels=st.integers(2, 3), free=st.booleans(), extra=st.integers(0, 2))
+def test_the_problem_without_weights_is_a_relaxation(seed, kernels, free, extra):
+    """Dropping the weights never raises the optimum, so its bound holds for the weighted problem."""
+    from tilegraph.passes.memplan.problem import without_tensors
+
+    problem = tiny(seed, kernels, True)
+    weights = {i for i, kind in enumerate(problem.kinds) if kind is TensorKind.WEIGHT}
+    relaxed = without_tensors(problem, weights)
+    assert relaxed.num_kernels == problem.num_kernels
+    assert relaxed.num_tensors == problem.num_tensors - len(weights)
+    assert all(kind is not TensorKind.WEIGHT for kind in relaxed.kinds)
+    capacity = problem.max_working_set()[0] + extra
+    assert brute_force(relaxed, capacity, free) <= brute_force(problem, capacity, free)
+    plan = solve_problem(problem, capacity, order="free" if free else "fixed", time_limit=5, options=EXACT)
+    check_plan(problem, plan)
+    assert plan.bounds.traffic <= brute_force(problem, capacity, free)
