@@ -40,7 +40,9 @@ METHODS = ("auto", "cpsat", "local", "lns", "heft", "cpop", "peft", "metf", "mto
 # Calibration on the reference machine (2 cores). CP-SAT, interleaved in one thread, advances
 # about 0.65 / devices deterministic units per wall second on 50-100 tasks (0.34 on cpu-gpu-pcie,
 # 0.20-0.22 on cpu-gpu-npu, 0.13 on 4-core-npu); `cpsat_dtime_rate` stays below that, so that
-# work, not the clock, ends the search on this machine.
+# work, not the clock, ends the search on this machine. The machine's speed varies: on a slower
+# day the same measurement gave 0.19-0.20 on 50 tasks and 0.07-0.13 on 100, where the wall-clock
+# guard then ends the search on some instances (the outcome's notes say so).
 # List-scheduling costs, fitted on the idle machine to random DAGs of 50-2000 tasks on the three
 # presets with and without memory limits (`_cost`'s terms: (tasks + tensors) x devices,
 # tasks + tensors, tasks^2 when any device is memory-limited and per such device: the memory
