@@ -216,7 +216,9 @@ def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free",
     relaxed = without_tensors(problem, weight_ids) if weight_ids and options.weightless_share > 0 else None
     if relaxed is not None and heuristic_plans(relaxed, capacity, {"best": search.best.order})[0].traffic \
             >= options.weightless_trigger * search.best_cost:
-        sub = solve_problem(relaxed, capacity, order=order, solver=solver,
+        # progress lines name the relaxation's stage but show this problem's best plan and bound
+        tick = None if progress is None else (lambda p: search.report(f"without weights, {p.stage}"))
+        sub = solve_problem(relaxed, capacity, order=order, solver=solver, progress=tick,
                             time_limit=search.take(options.weightless_share * search.left()),
                             options=dataclasses.replace(options, weightless_share=0.0))
         search.raise_bound(sub.bounds.traffic, "the problem without weights")
