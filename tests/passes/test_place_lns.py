@@ -1,6 +1,7 @@
 """Windowed LNS: every step's schedule passes the checker and is never worse than where it started."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tilegraph.ir.placement import MemoryInfeasibleError
 from tilegraph.passes.place.checker import check_schedule
 from tilegraph.passes.place.heuristics import heft, mtopo
