@@ -310,19 +310,26 @@ def test_flash_attention_with_long_key_tiles_and_tails():
 
 
 # ----- torch models ----------------------------------------------------------------------------------
-torch = pytest.importorskip("torch", reason="the torch-model tests need torch")
+try:
+    import torch
+except ImportError:  # torch is optional: only the tests marked needs_torch skip without it
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="the torch-model tests need torch")
 
 
-class _Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.fc = torch.nn.Linear(8, 5)
+def _block():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.fc = torch.nn.Linear(8, 5)
 
-    def forward(self, x):
-        y = torch.relu(self.bn(self.conv(x)))
-        return torch.log_softmax(self.fc(y.mean(dim=(2, 3))), dim=-1)
+        def forward(self, x):
+            y = torch.relu(self.bn(self.conv(x)))
+            return torch.log_softmax(self.fc(y.mean(dim=(2, 3))), dim=-1)
+
+    return Block()
 
 
 def _torch_check(model, *inputs):
@@ -339,8 +346,9 @@ def _torch_check(model, *inputs):
     return fn
 
 
+@needs_torch
 @pytest.mark.parametrize("model, shape", [
-    (lambda: _Block(), (2, 4, 6, 6)),
+    (_block, (2, 4, 6, 6)),
     (lambda: torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True), (2, 5, 16)),
 ])
 def test_torch_models_match_eager(model, shape):
@@ -351,6 +359,7 @@ def test_torch_models_match_eager(model, shape):
 HOSTILE = ['x"); system("rm -rf /"); //', "a\nb", "*/ #include <evil_h> /*", "#include <cstdio>", '")', "\\"]
 
 
+@needs_torch
 def test_hostile_torch_module_names_never_reach_the_source():
     torch.manual_seed(0)
     model = torch.nn.Sequential()
