@@ -34,7 +34,8 @@ EXAMPLES = ("lenet", "mlp", "resnet_block", "transformer_block")
 DATAFLOWS = ("os", "ws", "is")
 WITHIN = 0.10
 
-from tilegraph.backends.sim import array_cycles, prepare, simulate  # noqa: E402
+from tilegraph.backends.sim import array_cycles, simulate  # noqa: E402
+from tilegraph.simulation import prepare  # noqa: E402
 from tilegraph.backends.sim.scalesim import run_scalesim  # noqa: E402
 from tilegraph.backends.sim.scalesim_config import ConvLayer, ScaleSimConfig, accel_like_scalesim  # noqa: E402
 from tilegraph.frontends.dsl import parse_file  # noqa: E402

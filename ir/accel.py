@@ -33,6 +33,7 @@ from typing import Any
 
 from .errors import TilegraphError
 from .presets import from_flat_toml, preset_names, read_preset
+from .target import Target
 
 PRESET_DIR = Path(__file__).parent / "accels"
 DATAFLOWS = ("ws", "os", "is")
@@ -108,6 +109,16 @@ class Accelerator:
     @property
     def dram_gbps(self) -> float:
         return self.dram_bytes_per_cycle * self.clock_ghz
+
+    def tiling_target(self) -> Target:
+        """The Target the tile pass fits kernels to: this accelerator's scratchpad, buffering, DMA burst, array, rates."""
+        return Target(
+            name=self.name, kind="accelerator", onchip_bytes=self.scratchpad_bytes,
+            double_buffer=self.double_buffer, line_bytes=self.dma_burst_bytes, parallel_units=1,
+            description=f"derived from accelerator {self.name}", pe_rows=self.pe_rows, pe_cols=self.pe_cols,
+            dataflow=self.dataflow, clock_ghz=self.clock_ghz, peak_flops=2.0 * self.pes * self.clock_ghz * 1e9,
+            dram_bandwidth=self.dram_bytes_per_cycle * self.clock_ghz * 1e9,
+            dram_latency_ns=self.dram_latency / self.clock_ghz)
 
     def describe(self) -> str:
         buffering = "double-buffered" if self.double_buffer else "single-buffered"

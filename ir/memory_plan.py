@@ -69,11 +69,13 @@ class MemoryPlan:
     bounds: PlanBounds
     solver: str  # which stage produced the returned plan
     status: str  # "optimal" | "feasible" | "heuristic"
-    solve_time: float
+    solve_time: float = field(compare=False)  # seconds; varies between runs, so not part of the record
     baseline_traffic: int  # best TFLite-style baseline (Belady/greedy eviction) on the same problem
     weights: bool = False
     order_mode: str = "fixed"
     stats: tuple[tuple[str, object], ...] = field(default=(), compare=False)
+    streamed: tuple[str, ...] = ()  # tensors left out of the plan: too big to keep whole, moved by tiles
+    requested_capacity: int | None = None  # the capacity asked for, when the plan had to use more
 
     @property
     def lower_bound(self) -> int:
@@ -105,3 +107,35 @@ class MemoryPlan:
             tag = " compulsory" if e.compulsory else ""
             lines.append(f"  {e.kind} %{e.tensor} step {e.step} {e.bytes}B{tag}")
         return "\n".join(lines)
+
+
+# ----- program text: the `memory_plan { ... }` section (registered in program_text) -------------
+def plan_record(plan: MemoryPlan) -> list[tuple[str, object]]:
+    """The section's fields in printing order; solve time and solver statistics vary between runs and are left out."""
+    b = plan.bounds
+    return [
+        ("capacity", plan.capacity), ("requested_capacity", plan.requested_capacity), ("weights", plan.weights),
+        ("order_mode", plan.order_mode), ("solver", plan.solver), ("status", plan.status),
+        ("traffic", plan.traffic), ("compulsory", plan.compulsory), ("baseline_traffic", plan.baseline_traffic),
+        ("bounds", [b.min_capacity, b.min_capacity_kernel, b.peak_live, b.traffic, b.traffic_source,
+                    b.traffic_scope, b.capacity_only]),
+        ("order", list(plan.order)), ("streamed", list(plan.streamed)),
+        ("residencies", [(r.tensor, r.start, r.end, r.offset, r.size) for r in plan.residencies]),
+        ("events", [(e.step, e.kind, e.tensor, e.bytes, e.compulsory) for e in plan.events]),
+    ]
+
+
+PLAN_FIELDS = ("capacity", "requested_capacity", "weights", "order_mode", "solver", "status", "traffic", "compulsory",
+               "baseline_traffic", "bounds", "order", "streamed", "residencies", "events")
+
+
+def plan_from_record(v: dict) -> MemoryPlan:
+    """The MemoryPlan of a parsed section's values (TypeError/ValueError when malformed)."""
+    return MemoryPlan(
+        capacity=int(v["capacity"]), order=tuple(v["order"]),
+        residencies=tuple(Residency(*r) for r in v["residencies"]),
+        events=tuple(TransferEvent(*e) for e in v["events"]), traffic=int(v["traffic"]),
+        compulsory=int(v["compulsory"]), bounds=PlanBounds(*v["bounds"]), solver=str(v["solver"]),
+        status=str(v["status"]), solve_time=0.0, baseline_traffic=int(v["baseline_traffic"]),
+        weights=bool(v["weights"]), order_mode=str(v["order_mode"]), streamed=tuple(v["streamed"]),
+        requested_capacity=v["requested_capacity"])

@@ -74,7 +74,7 @@ class Placement:
     method: str
     tick: float = 1e-6
     optimal: bool = False
-    stats: tuple[tuple[str, float], ...] = ()
+    stats: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # report-only: timings vary
     devices: tuple[str, ...] = field(default=())
     parameters: tuple[tuple[str, str], ...] = ()
 
@@ -127,85 +127,30 @@ class Placement:
         return "\n".join(self.lines())
 
 
-# ----- program text: a `placement { ... }` section after the function ----------------------------
-
-_FIELDS = ("system", "tick", "makespan", "lower_bound", "method", "optimal", "devices", "capacity",
-           "peak_memory", "kernels", "transfers", "parameters", "stats")
-
-
-def _rows(name: str, rows) -> str:
-    from .text import format_value
-
-    if not rows:
-        return f"  {name} = []"
-    body = ",\n".join(f"    {format_value(list(r))}" for r in rows)
-    return f"  {name} = [\n{body}\n  ]"
-
-
-def print_placement_section(program) -> str | None:
-    """The `placement { key = value ... }` section of a placed Program (None when unplaced)."""
-    from .text import format_value
-
-    p = program.placement
-    if not isinstance(p, Placement):
-        return None
-    lines = ["placement {"]
-    for key in ("system", "tick", "makespan", "lower_bound", "method", "optimal"):
-        lines.append(f"  {key} = {format_value(getattr(p, key))}")
-    lines.append(f"  devices = {format_value(list(p.devices))}")
-    lines.append(_rows("capacity", p.capacity))
-    lines.append(_rows("peak_memory", p.peak_memory))
-    lines.append(_rows("kernels", [(k.kernel, k.device, k.start, k.finish) for k in p.kernels]))
-    lines.append(_rows("transfers", [(t.tensor, t.src, t.dst, t.link, t.nbytes, t.start, t.finish)
-                                     for t in p.transfers]))
-    lines.append(_rows("parameters", p.parameters))
-    # solver timings vary from run to run; the text keeps only what the same input always gives
-    lines.append(_rows("stats", [(k, v) for k, v in p.stats if not k.startswith("seconds.")]))
-    lines.append("}")
-    return "\n".join(lines)
+# ----- program text: the `placement { ... }` section (registered in program_text) ----------------
+def placement_record(p: Placement) -> list[tuple[str, object]]:
+    """The section's fields in printing order (solver timings vary between runs, so they are left out)."""
+    return [
+        ("system", p.system), ("tick", p.tick), ("makespan", p.makespan), ("lower_bound", p.lower_bound),
+        ("method", p.method), ("optimal", p.optimal), ("devices", list(p.devices)),
+        ("capacity", p.capacity), ("peak_memory", p.peak_memory),
+        ("kernels", [(k.kernel, k.device, k.start, k.finish) for k in p.kernels]),
+        ("transfers", [(t.tensor, t.src, t.dst, t.link, t.nbytes, t.start, t.finish) for t in p.transfers]),
+        ("parameters", p.parameters),
+        ("stats", [(k, v) for k, v in p.stats if not k.startswith("seconds.")]),
+    ]
 
 
-def parse_placement_section(reader, program):
-    """Read the section printed by `print_placement_section` (keyword already read)."""
-    from dataclasses import replace
-
-    reader.expect("{")
-    values: dict = {}
-    while not reader.accept("}"):
-        key, token = reader.name()
-        if key not in _FIELDS:
-            raise reader.error(token, f"unknown placement field {key}; fields: {', '.join(_FIELDS)}")
-        if key in values:
-            raise reader.error(token, f"placement field {key} is given twice")
-        reader.expect("=")
-        values[key] = (reader.value(), token)
-    missing = [f for f in _FIELDS if f not in values]
-    if missing:
-        raise reader.error(reader.peek(), f"placement section lacks {', '.join(missing)}")
-    v = {k: val for k, (val, _) in values.items()}
-    try:
-        placement = Placement(
-            system=str(v["system"]), kernels=tuple(KernelPlacement(*r) for r in v["kernels"]),
-            transfers=tuple(Transfer(*r) for r in v["transfers"]),
-            peak_memory=tuple(tuple(r) for r in v["peak_memory"]), capacity=tuple(tuple(r) for r in v["capacity"]),
-            makespan=int(v["makespan"]), lower_bound=int(v["lower_bound"]), method=str(v["method"]),
-            tick=float(v["tick"]), optimal=bool(v["optimal"]), stats=tuple(tuple(r) for r in v["stats"]),
-            devices=tuple(v["devices"]), parameters=tuple(tuple(r) for r in v["parameters"]))
-    except (TypeError, ValueError) as e:
-        raise reader.error(values["kernels"][1], f"malformed placement section: {e}") from None
-    known = {k.name for k in program.kernels}
-    for kp in placement.kernels:
-        if kp.kernel not in known:
-            raise reader.error(values["kernels"][1], f"placement names kernel {kp.kernel}, which the program lacks")
-    return replace(program, placement=placement)
+PLACEMENT_FIELDS = ("system", "tick", "makespan", "lower_bound", "method", "optimal", "devices", "capacity",
+                    "peak_memory", "kernels", "transfers", "parameters", "stats")
 
 
-def _register() -> None:
-    from .program_text import AnnotationSection, register_section, sections
-
-    if not any(s.keyword == "placement" for s in sections()):
-        register_section(AnnotationSection("placement", print_placement_section, parse_placement_section,
-                                           order=70, field="placement"))
-
-
-_register()
+def placement_from_record(v: dict) -> Placement:
+    """The Placement of a parsed section's values (TypeError/ValueError when malformed)."""
+    return Placement(
+        system=str(v["system"]), kernels=tuple(KernelPlacement(*r) for r in v["kernels"]),
+        transfers=tuple(Transfer(*r) for r in v["transfers"]),
+        peak_memory=tuple(tuple(r) for r in v["peak_memory"]), capacity=tuple(tuple(r) for r in v["capacity"]),
+        makespan=int(v["makespan"]), lower_bound=int(v["lower_bound"]), method=str(v["method"]),
+        tick=float(v["tick"]), optimal=bool(v["optimal"]), stats=tuple(tuple(r) for r in v["stats"]),
+        devices=tuple(v["devices"]), parameters=tuple(tuple(r) for r in v["parameters"]))

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
+from .domain import KernelDomain, aligned_domain
 from .graph import Graph, Node, Value
-
-
-KERNEL_KINDS = ("generic", "attention")
+from .memory_plan import MemoryPlan
+from .placement import Placement
+from .target import Target
+from .templates import GENERIC, KernelTemplate, get_template
 
 
 @dataclass(frozen=True)
@@ -21,14 +24,25 @@ class Kernel:
     """A fused group of nodes, in a valid order, run as one unit.
 
     `tiles` maps loop names to tile sizes once the tiling pass has run (empty before), outermost
-    loop first. `kind` says how the kernel runs: "generic" (the nodes' loop nests, fused) or
-    "attention" (a FlashAttention kernel: online softmax over key/value tiles).
+    loop first. `kind` says how the kernel runs: "generic" (the nodes' loop nests, fused) or the
+    name of a registered kernel template (`ir.templates`, e.g. "attention": FlashAttention).
     """
 
     name: str
     nodes: tuple[Node, ...]
     tiles: tuple[tuple[str, int], ...] = ()
-    kind: str = "generic"
+    kind: str = GENERIC
+
+    @property
+    def template(self) -> KernelTemplate | None:
+        """The kernel template this kernel follows; None for a generic kernel."""
+        return get_template(self.kind)
+
+    @cached_property
+    def domain(self) -> KernelDomain:
+        """The kernel's loop nest: its template's, or the nodes' iteration spaces aligned (computed once)."""
+        template = self.template
+        return aligned_domain(self.nodes) if template is None else template.kernel_domain(self.nodes)
 
     @property
     def node_set(self) -> frozenset[Node]:
@@ -71,19 +85,21 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Program:
-    """A Graph with its kernels in execution order, and the plans later passes attach.
+    """A Graph with its kernels in execution order and every decision the passes made about it.
 
-    `memory_plan` and `placement` are filled by the memplan and place passes; `properties` names
-    what passes have established ("canonical", "fused", "tiled", ...); `notes` holds per-pass facts
-    that belong in a report (statistics, fusion decisions).
+    `target` is what the kernels were tiled for (the tile pass), `memory_plan` and `placement`
+    come from the memplan and place passes; `properties` names what passes have established
+    ("canonical", "fused", "tiled", ...). All of these print to and parse from the `.tgir` text.
+    `notes` is report-only (fusion decisions, tiling statistics): nothing downstream reads it.
     """
 
     graph: Graph
     kernels: tuple[Kernel, ...]
-    memory_plan: Any = None
-    placement: Any = None
+    target: Target | None = None
+    memory_plan: MemoryPlan | None = None
+    placement: Placement | None = None
     properties: frozenset[str] = frozenset()
-    notes: dict = field(default_factory=dict, compare=False)
+    notes: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @staticmethod
     def unfused(graph: Graph) -> Program:

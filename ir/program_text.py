@@ -13,7 +13,9 @@
 Nodes are named by their first result. A section is printed only when it says something: a plain
 graph file (no sections) parses to `Program.unfused(graph)` with no properties.
 
-Extension point: later stages (memory plans, placements) add their own section with
+Every decision has a section: `kernels` (with `tiles` and `kind` clauses), `target`,
+`memory_plan`, `placement`, `properties`. A record section is `keyword { field = value ... }`
+(`print_record`/`read_record`). Extension point: a new decision adds its section with
 `register_section(AnnotationSection(...))`, and per-kernel facts with `register_kernel_clause(...)`.
 A section's parser reads tokens through `AnnotationReader` (identifiers, %names, numbers, strings,
 lists, `{ key = value }` maps), so every error names file, line and column like the rest of the format.
@@ -29,7 +31,11 @@ from typing import Any
 
 from .errors import ParseError, SourceLocation
 from .graph import Graph, Node, Value
-from .program import KERNEL_KINDS, Kernel, Program
+from .memory_plan import PLAN_FIELDS, plan_from_record, plan_record
+from .placement import PLACEMENT_FIELDS, placement_from_record, placement_record
+from .program import Kernel, Program
+from .target import TARGET_FIELDS, TargetError, target_from_record, target_record
+from .templates import get_template
 from .text import format_value, parse_graph, print_graph
 
 __all__ = [
@@ -99,7 +105,6 @@ def _kernel_clauses() -> list[KernelClause]:
 
 # ----- printing --------------------------------------------------------------------------------
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-_UNPRINTED_FIELDS = ("memory_plan", "placement")
 
 
 def format_name(name: str) -> str:
@@ -114,11 +119,20 @@ def print_program(program: Program) -> str:
         text = section.print(program)
         if text is not None:
             parts.append(text)
-    covered = {s.field for s in _SECTIONS.values()}
-    for name in _UNPRINTED_FIELDS:
-        if getattr(program, name, None) is not None and name not in covered:
-            parts.append(f"# {name}: not shown (no annotation section is registered for it)")
     return "\n".join(parts)
+
+
+def print_record(keyword: str, fields: list[tuple[str, Any]]) -> str:
+    """`keyword { name = value ... }`, one field a line; a list of rows prints one row a line."""
+    lines = [f"{keyword} {{"]
+    for name, value in fields:
+        if isinstance(value, (list, tuple)) and value and all(isinstance(r, (list, tuple)) for r in value):
+            rows = ",\n".join(f"    {format_value(list(r))}" for r in value)
+            lines.append(f"  {name} = [\n{rows}\n  ]")
+        else:
+            lines.append(f"  {name} = {format_value(value)}")
+    lines.append("}")
+    return "\n".join(lines)
 
 
 def _print_kernels(program: Program) -> str | None:
@@ -421,28 +435,84 @@ def _parse_tiles(reader: AnnotationReader, kernel: Kernel) -> Kernel:
     return replace(kernel, tiles=tuple(reader.separated(entry, "}")))
 
 
+def read_record(reader: AnnotationReader, keyword: str, names: tuple[str, ...],
+                optional: tuple[str, ...] = ()) -> tuple[dict[str, Any], Token]:
+    """The `{ name = value ... }` body of a record section: values by name, and the section's first token.
+
+    Every name in `names` must appear once, except those in `optional`; unknown names are errors."""
+    first = reader.expect("{")
+    values: dict[str, Any] = {}
+    while not reader.accept("}"):
+        name, token = reader.name()
+        if name not in names:
+            raise reader.error(token, f"unknown {keyword} field {name}; fields: {', '.join(names)}")
+        if name in values:
+            raise reader.error(token, f"{keyword} field {name} is given twice")
+        reader.expect("=")
+        values[name] = reader.value()
+    missing = [n for n in names if n not in values and n not in optional]
+    if missing:
+        raise reader.error(first, f"{keyword} section lacks {', '.join(missing)}")
+    return values, first
+
+
+def _record_section(keyword: str, field: str, record: Callable[[Any], list[tuple[str, Any]]],
+                    build: Callable[[dict], Any], names: tuple[str, ...], order: int,
+                    optional: tuple[str, ...] = (), check: Callable[[Any, Program], str | None] | None = None
+                    ) -> AnnotationSection:
+    """A section printing Program.<field> as a record and parsing it back with `build`."""
+    def print_section(program: Program) -> str | None:
+        value = getattr(program, field)
+        return None if value is None else print_record(keyword, record(value))
+
+    def parse_section(reader: AnnotationReader, program: Program) -> Program:
+        values, first = read_record(reader, keyword, names, optional)
+        try:
+            value = build(values)
+        except (TypeError, ValueError, KeyError, TargetError) as e:
+            raise reader.error(first, f"malformed {keyword} section: {e}") from None
+        problem = check(value, program) if check else None
+        if problem:
+            raise reader.error(first, f"{keyword} section: {problem}")
+        return replace(program, **{field: value})
+
+    return AnnotationSection(keyword, print_section, parse_section, order=order, field=field)
+
+
+def _unknown_kernels(names: Any, program: Program) -> str | None:
+    known = {k.name for k in program.kernels}
+    missing = [n for n in names if n not in known]
+    return f"names kernel {missing[0]}, which the program lacks" if missing else None
+
+
 def _parse_properties(reader: AnnotationReader, program: Program) -> Program:
     reader.expect("[")
     names = reader.separated(lambda: reader.name()[0], "]")
     return replace(program, properties=frozenset(names))
 
 
-register_section(AnnotationSection("kernels", _print_kernels, _parse_kernels, order=10, field="kernels"))
-register_section(AnnotationSection("properties", _print_properties, _parse_properties, order=90,
-                                   field="properties"))
 def _print_kind(kernel: Kernel) -> str | None:
-    return None if kernel.kind == "generic" else f"kind {kernel.kind}"
+    return None if kernel.template is None else f"kind {kernel.kind}"
 
 
 def _parse_kind(reader: AnnotationReader, kernel: Kernel) -> Kernel:
     kind, token = reader.name()
-    if kind not in KERNEL_KINDS:
-        raise reader.error(token, f"unknown kernel kind {kind!r}; kinds: {', '.join(KERNEL_KINDS)}")
+    try:
+        get_template(kind)
+    except ValueError as e:
+        raise reader.error(token, str(e)) from None
     return replace(kernel, kind=kind)
 
 
+register_section(AnnotationSection("kernels", _print_kernels, _parse_kernels, order=10, field="kernels"))
+register_section(_record_section("target", "target", target_record, target_from_record, TARGET_FIELDS, order=20))
+register_section(_record_section(
+    "memory_plan", "memory_plan", plan_record, plan_from_record, PLAN_FIELDS, order=60,
+    check=lambda plan, program: _unknown_kernels(plan.order, program)))
+register_section(_record_section(
+    "placement", "placement", placement_record, placement_from_record, PLACEMENT_FIELDS, order=70,
+    check=lambda placement, program: _unknown_kernels([k.kernel for k in placement.kernels], program)))
+register_section(AnnotationSection("properties", _print_properties, _parse_properties, order=90,
+                                   field="properties"))
 register_kernel_clause(KernelClause("tiles", _print_tiles, _parse_tiles, order=10))
 register_kernel_clause(KernelClause("kind", _print_kind, _parse_kind, order=5))
-
-# Sections that live beside the data they print register themselves on import.
-from . import placement  # noqa: E402,F401

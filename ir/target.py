@@ -12,7 +12,7 @@ for reading, every key is one field below.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +95,16 @@ def load_target(name_or_path: str | Path | Target) -> Target:
         return name_or_path
     data, name = read_preset(name_or_path, PRESET_DIR, TargetError, "target")
     return target_from_dict(data, name)
+
+
+# ----- program text: the `target { ... }` section (registered in program_text) -----------------
+TARGET_FIELDS = tuple(f.name for f in fields(Target))
+
+
+def target_record(target: Target) -> list[tuple[str, object]]:
+    """Every field, so a scheduled Program carries its target whole (no preset file needed to read it)."""
+    return [(name, getattr(target, name)) for name in TARGET_FIELDS]
+
+
+def target_from_record(values: dict) -> Target:
+    return Target(**values)

@@ -35,7 +35,9 @@ class CanonicalizeOptions:
     cse: bool = True  # merge nodes with the same op, operands and attributes
 
 
-@register_pass("canonicalize", CanonicalizeOptions, ensures={"canonical"})
+# canonicalize never creates a composite op, so a decomposed graph stays decomposed; kernels and
+# every decision are re-derived from scratch.
+@register_pass("canonicalize", CanonicalizeOptions, ensures={"canonical"}, preserves={"decomposed"})
 def canonicalize(program: Program, options: CanonicalizeOptions, ctx: PassContext) -> Program:
     """Decompose composites, fold constants, simplify, CSE, DCE (to a fixpoint)."""
     graph = program.graph.clone()

@@ -5,7 +5,9 @@
     print(pm.format_timing())
 
 Before each pass the manager checks the pass's `requires` against `Program.properties`; after it,
-it adds the pass's `ensures`, and (with verify_each) checks the graph verifier, the Program-level
+it keeps the input's properties the pass `preserves` (and those it established), adds its
+`ensures`, and clears the decisions whose property is gone (`DECISIONS`: a re-fused program keeps
+no stale tiles, memory plan or placement). With verify_each it also checks checks the graph verifier, the Program-level
 invariants (`verify_program`) and that the pass left its input untouched. A pass that crashes (any
 exception that is not a TilegraphError) or breaks an invariant becomes a PassError naming the pass,
 with a reproducer directory: the input IR and the pipeline string to re-run it.
@@ -46,6 +48,31 @@ class PassError(TilegraphError):
         super().__init__(message)
         self.pass_name = pass_name
         self.reproducer = reproducer
+
+
+# ----- properties after a pass ------------------------------------------------------------------
+# The property that vouches for each decision a Program carries, and how to clear the decision.
+def _untiled(program: Program) -> Program:
+    if program.target is None and not any(k.tiles for k in program.kernels):
+        return program
+    return replace(program, target=None, kernels=tuple(replace(k, tiles=()) for k in program.kernels))
+
+
+DECISIONS: dict[str, Callable[[Program], Program]] = {
+    "tiled": _untiled,
+    "memplanned": lambda p: replace(p, memory_plan=None),
+    "placed": lambda p: replace(p, placement=None),
+}
+
+
+def settle_properties(spec, before: Program, result: Program) -> Program:
+    """`result` with the properties `spec` leaves standing, and no decision whose property was dropped."""
+    kept = result.properties - (before.properties - spec.preserves)
+    properties = kept | spec.ensures
+    for name, clear in DECISIONS.items():
+        if name not in properties and name not in spec.preserves:
+            result = clear(result)
+    return replace(result, properties=properties)
 
 
 # ----- Program-level verification --------------------------------------------------------------
@@ -209,7 +236,7 @@ class PassManager:
         if not isinstance(result, Program):
             raise self._failure(index, step, program, before,
                                 f"returned {type(result).__name__}, not a Program")
-        result = replace(result, properties=result.properties | spec.ensures)
+        result = settle_properties(spec, program, result)
         start = time.perf_counter()
         after = self._print_output(index, step, program, before, result)
         if self.verify_each:

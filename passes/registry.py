@@ -3,8 +3,10 @@
     @register_pass("fuse", FuseOptions, requires={"canonical"}, ensures={"fused"})
     def fuse(program: Program, options: FuseOptions, ctx: PassContext) -> Program: ...
 
-`requires`/`ensures` are names of Program properties (`Program.properties`); the pass manager
-checks `requires` before running a pass and adds `ensures` after it.
+`requires`/`ensures`/`preserves` are names of Program properties (`Program.properties`). The pass
+manager checks `requires` before running a pass; after it, the program keeps only the properties
+the pass `preserves` (plus those it establishes) and gains `ensures`. A decision whose property
+is dropped is cleared from the Program (see `PassManager`), so nothing stale is left behind.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class PassSpec:
     options: type = NoOptions
     requires: frozenset[str] = frozenset()
     ensures: frozenset[str] = frozenset()
+    preserves: frozenset[str] = frozenset()
     doc: str = ""
 
     def make_options(self, values: dict[str, Any]) -> Any:
@@ -58,12 +61,14 @@ class PassSpec:
 _PASSES: dict[str, PassSpec] = {}
 
 
-def register_pass(name: str, options: type = NoOptions, *, requires=(), ensures=()):
-    """Decorator registering `fn(program, options, ctx) -> Program` as pass `name`."""
+def register_pass(name: str, options: type = NoOptions, *, requires=(), ensures=(), preserves=()):
+    """Decorator registering `fn(program, options, ctx) -> Program` as pass `name`.
+
+    `preserves` lists the properties of its input that stay true after it; any other is dropped."""
     def decorate(fn):
         if name in _PASSES:
             raise ValueError(f"pass {name} registered twice")
-        _PASSES[name] = PassSpec(name, fn, options, frozenset(requires), frozenset(ensures),
+        _PASSES[name] = PassSpec(name, fn, options, frozenset(requires), frozenset(ensures), frozenset(preserves),
                                  (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
         return fn
     return decorate

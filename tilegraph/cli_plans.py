@@ -117,8 +117,9 @@ def simulate(
     entry: Entry = None,
 ) -> None:
     """Fuse, tile and memory-plan for an accelerator, then simulate it cycle-approximately."""
-    from tilegraph.backends.sim import format_sim_report, plot_timeline, simulate_graph, write_trace
+    from tilegraph.backends.sim import format_sim_report, plot_timeline, write_trace
     from tilegraph.driver import load_program
+    from tilegraph.simulation import simulate_graph
 
     program = load_program(model, entry)
     with progress_line(f"simulating on {accel}") as show:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from tilegraph.ir import TilegraphError
+from tilegraph.ir.templates.attention import attention_layout
 
 from .buffers import row_major_strides
 from .code import Code
@@ -23,11 +24,9 @@ UNROLL = 4  # key/value rows folded into the output row per pass
 
 
 class AttentionEmitter(KernelEmitter):
-    """A kernel of kind "attention" (see `passes/fusion/attention.py` for its loop kinds)."""
+    """A kernel of kind "attention" (see `ir/templates/attention.py` for its loop kinds)."""
 
     def unbuffered(self) -> set[int]:
-        from tilegraph.passes.fusion import attention_layout
-
         if len(self.reduction) != 1:
             raise TilegraphError(f"cpp backend: attention kernel {self.kernel.name} needs one key/value loop")
         self.layout = attention_layout(self.domain, self.kernel.nodes)

@@ -1,7 +1,7 @@
 """The loop-nest emitter: one fused, tiled kernel as one C++ function (shared by cpp and sycl).
 
 It walks the same structure as the tiled reference executor (`backends/reference/tiled.py`),
-from the kernel's loop domain (`passes.fusion.kernel_domain_of`) and its tile sizes:
+from the kernel's loop domain (`Kernel.domain`) and its tile sizes:
 
 - parallel loops are tiled; the dialect runs the tiles in parallel (OpenMP threads, SYCL groups);
 - inside a tile, reduction loops are walked tile by tile; the streamed nodes (and, on the first
@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tilegraph.ir import TilegraphError
+from tilegraph.ir.domain import downstream
 from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineMap
@@ -49,7 +50,7 @@ class KernelEmitter(RegisterBlocks):
         self.tile = [max(1, t) for t in self.tile]
         self.parallel = [k for k, loop in enumerate(self.loops) if loop.kind == PARALLEL]
         self.reduction = [k for k, loop in enumerate(self.loops) if loop.kind == REDUCTION]
-        if dialect.vector_width and kernel.kind == "generic":
+        if dialect.vector_width and kernel.template is None:
             self.widen_tiles()
         self.base = {k: self._lo(k) for k in range(len(self.loops))}
         self.outputs = set(kernel.outputs)
@@ -139,8 +140,6 @@ class KernelEmitter(RegisterBlocks):
             code.line(buf.declaration())
 
     def tile_body(self, code: Code) -> None:
-        from tilegraph.passes.fusion.domain import downstream
-
         self.tile_bounds(code)
         domain = self.domain
         count = len(domain.nodes)

@@ -44,7 +44,7 @@ def plan_folding(program: Program) -> Folding:
     """The nodes of generic kernels whose operands depend on parameters only, that are not graph
     outputs and do not blow up in size (a folded tensor is held for the program's lifetime)."""
     graph = program.graph
-    foldable_kernel = {n: k.kind != "attention" for k in program.kernels for n in k.nodes}
+    foldable_kernel = {n: k.template is None for k in program.kernels for n in k.nodes}
     known: dict[Value, int] = {v: v.type.nbytes for v in graph.params}
     outputs = set(graph.outputs)
     nodes = []

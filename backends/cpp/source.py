@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from tilegraph.backends.arena import Arena, plan_arena
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel, Program
+from tilegraph.ir.templates import lowering_for
 
+from .attention import AttentionEmitter
 from .code import Code
 from .dialect import Dialect
 from .emit import KernelEmitter, MicroKernel
@@ -60,13 +62,12 @@ def kernel_operands(kernel: Kernel, folding: Folding) -> tuple[list[Value], list
     return list(kernel.inputs) + inside, [v for v in kernel.outputs if v not in folding.values]
 
 
+TEMPLATE_EMITTERS = {"attention": AttentionEmitter}  # kernel template -> its emitter (C++ and SYCL)
+
+
 def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroKernel,
                      folding: Folding = NO_FOLDING) -> tuple[str, str]:
     """(function name, its text) for one kernel."""
-    from tilegraph.passes.fusion import kernel_domain_of
-
-    from .attention import AttentionEmitter
-
     name = f"kernel_{index}"
     reads, writes = kernel_operands(kernel, folding)
     values = reads + writes
@@ -74,7 +75,7 @@ def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroK
     signature = dialect.signature(name, [(c_type(v.type.dtype, _op_of(v, kernel)), params[v], n >= len(reads))
                                          for n, v in enumerate(values)])
     code = Code()
-    domain = kernel_domain_of(kernel)
+    domain = kernel.domain
     if not domain.structured:
         (node,) = kernel.nodes
         code.line(f"// kernel {mangle(kernel.name)}: {node.op} (layout)")
@@ -83,10 +84,10 @@ def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroK
             emit_layout(code, node, dialect, params)
             dialect.flag_end(code)
         return name, code.text()
-    if kernel.kind == "attention":
-        emitter = AttentionEmitter(kernel, domain, dialect, params, micro)
-    else:
+    if kernel.template is None:
         emitter = KernelEmitter(kernel, domain, dialect, params, micro, folding.node_set)
+    else:
+        emitter = lowering_for(dialect.name, kernel.kind, TEMPLATE_EMITTERS)(kernel, domain, dialect, params, micro)
     emitter.header_comment(code)
     with code.block(signature):
         emitter.emit_body(code)

@@ -25,9 +25,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tilegraph.ir.domain import downstream
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.structured import PARALLEL, REDUCTION, Acc, AffineMap, Call, Cast, evaluate_scalar
+from tilegraph.ir.templates import lowering_for
+from tilegraph.ir.templates.attention import attention_layout
 from tilegraph.ir.types import DType, to_dtype
 
 from .run import bind_inputs, random_params
@@ -48,19 +51,17 @@ def run_program(program: Program, inputs: Sequence[np.ndarray] | Mapping[str, np
 
 def run_kernel(kernel: Kernel, env: dict[Value, np.ndarray]) -> None:
     """Run one kernel, reading its inputs from `env` and adding its outputs to it."""
-    from tilegraph.passes.fusion import kernel_domain_of  # backends read the passes' analyses
-
-    domain = kernel_domain_of(kernel)
+    domain = kernel.domain
     if not domain.structured:
         for node in kernel.nodes:
             outs = node.opdef.reference([env[v] for v in node.inputs], node.attrs, node.result_types)
             env.update(zip(node.results, outs))
         return
     run = _KernelRun(kernel, domain, env)
-    if kernel.kind == "attention":
-        run.attention()
-    else:
+    if kernel.template is None:
         run.generic()
+    else:
+        lowering_for("reference", kernel.kind, TEMPLATE_RUNS)(run)
     run.finish()
 
 
@@ -240,8 +241,6 @@ class _KernelRun:
     def generic(self) -> None:
         """Per parallel tile: the loop over reduction tiles runs the streamed nodes (and, at its first
         step, the nodes they depend on); nodes after a streamed node run once it is done."""
-        from tilegraph.passes.fusion.domain import downstream
-
         domain = self.domain
         count = len(domain.nodes)
         reduction = domain.loops_of_kind(REDUCTION)
@@ -276,8 +275,6 @@ class _KernelRun:
                     self.complete(i, whole)
 
     def attention(self) -> None:
-        from tilegraph.passes.fusion import attention_layout
-
         domain = self.domain
         layout = attention_layout(domain, self.kernel.nodes)
         match, scores, kv, mx, pv = layout.match, layout.scores, layout.kv, layout.max, layout.pv
@@ -330,3 +327,6 @@ class _KernelRun:
 
 
 __all__ = ["run_program", "run_kernel", "split_update"]
+
+
+TEMPLATE_RUNS = {"attention": _KernelRun.attention}  # kernel template -> how this executor runs it

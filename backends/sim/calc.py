@@ -22,11 +22,12 @@ from typing import Protocol
 
 from tilegraph.ir.accel import Accelerator
 from tilegraph.ir.graph import Node
+from tilegraph.ir.ops.registry import WINDOW
 from tilegraph.ir.program import Kernel
 
 from .array import operand_reads
 from .moves import Move
-from .workload import ARRAY_OPS, node_gemm
+from .workload import node_gemm, runs_on_array
 
 
 class _Step(Protocol):
@@ -44,7 +45,7 @@ def active_bytes(accel: Accelerator) -> int:
 def conv_fold_halo(node: Node, rows: int) -> int:
     """Input elements (all groups) a conv's first os row fold (`rows` output pixels, raster order)
     shares with the second: the window halo re-read when a buffer swap falls between them."""
-    if node.op != "conv2d":
+    if node.opdef.category != WINDOW or not runs_on_array(node):
         return 0
     n, c, h, w = node.inputs[0].type.shape
     kh, kw = node.inputs[1].type.shape[2:]
@@ -69,7 +70,7 @@ def operand_moves(kernel: Kernel, moves: list[Move], accel: Accelerator, streame
     inputs = {v.name: v for v in kernel.inputs}
     passes: dict[str, int] = {}
     for node in kernel.nodes:
-        if node.op not in ARRAY_OPS:
+        if not runs_on_array(node):
             continue
         a, b = node.inputs[0], node.inputs[1]
         word = a.type.nbytes // max(1, a.type.numel)

@@ -45,7 +45,7 @@ from .array import array_cycles, spatio_temporal
 from .calc import calc_moves, operand_moves
 from .moves import Move
 from .streaming import stream_events, streamed_tensors
-from .workload import ARRAY_OPS, KernelWork, kernel_work, node_gemm
+from .workload import KernelWork, kernel_work, node_gemm, runs_on_array
 
 DMA_KINDS = ("load", "store")
 COMPUTE_KINDS = ("array", "vector")
@@ -105,7 +105,7 @@ def psum_bytes(kernel: Kernel, accel: Accelerator) -> list[tuple[str, int]]:
         return []
     out = []
     for node in kernel.nodes:
-        if node.op in ARRAY_OPS:
+        if runs_on_array(node):
             k_folds = math.ceil(spatio_temporal(node_gemm(node), accel.dataflow)[0] / accel.pe_rows)
             if k_folds > 1:
                 out.append((node.results[0].name, (k_folds - 1) * node.results[0].type.nbytes))

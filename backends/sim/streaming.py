@@ -1,12 +1,11 @@
-"""Streamed tensors: those too big to keep whole in the scratchpad, moved by tiles instead.
+"""The DRAM traffic of streamed tensors: those the memory plan leaves out, moved by tiles instead.
 
-The memory plan keeps whole tensors resident. When a kernel's tensors together exceed the
-scratchpad, no plan exists; rather than pretend the scratchpad is bigger, the largest tensors of
-such kernels are *streamed*: they stay in DRAM, their producer writes them tile by tile, and
-every consumer reads them tile by tile as its tiling dictates (re-reading a tile whenever a loop
-it depends on, or one outside it, advances: the tiling pass's traffic model). The memory plan
-then covers the remaining tensors at the scratchpad's capacity. The tile buffers of streamed
-operands share the scratchpad with resident tensors; the model does not subtract them.
+Which tensors are streamed is the memory plan's decision (`MemoryPlan.streamed`, made by the
+memplan pass with `stream=true`). A streamed tensor stays in DRAM, its producer writes it tile by
+tile, and every consumer reads it tile by tile as its tiling dictates (re-reading a tile whenever
+a loop it depends on, or one outside it, advances: the tile traffic model of `ir.tile_model`).
+The tile buffers of streamed operands share the scratchpad with resident tensors; the model does
+not subtract them.
 """
 from __future__ import annotations
 
@@ -15,33 +14,7 @@ import math
 import numpy as np
 
 from tilegraph.ir.program import Kernel, Program
-from tilegraph.passes.memplan import MemoryProblem
-
-
-def choose_streamed(problem: MemoryProblem, capacity: int) -> frozenset[int]:
-    """Tensors to stream so that every kernel's remaining working set fits `capacity`: greedily the
-    largest tensor of each kernel over capacity (ties: the lower index), until none is over."""
-    streamed: set[int] = set()
-    for k in range(problem.num_kernels):
-        kept = [i for i in problem.io[k] if i not in streamed]
-        while kept and sum(problem.sizes[i] for i in kept) > capacity:
-            biggest = max(kept, key=lambda i: (problem.sizes[i], -i))
-            streamed.add(biggest)
-            kept.remove(biggest)
-    # a tensor streamed for one kernel is streamed everywhere, which only shrinks other working sets
-    return frozenset(streamed)
-
-
-def without(problem: MemoryProblem, streamed: frozenset[int]) -> MemoryProblem:
-    """The problem with the streamed tensors left out (indices renumbered)."""
-    keep = [i for i in range(problem.num_tensors) if i not in streamed]
-    index = {old: new for new, old in enumerate(keep)}
-
-    def pick(seq):
-        return tuple(tuple(index[i] for i in ts if i in index) for ts in seq)
-    return MemoryProblem(tuple(problem.tensor_names[i] for i in keep), tuple(problem.sizes[i] for i in keep),
-                         tuple(problem.kinds[i] for i in keep), tuple(problem.is_output[i] for i in keep),
-                         problem.kernel_names, pick(problem.kernel_inputs), pick(problem.kernel_outputs))
+from tilegraph.ir.tile_model import footprint, moves
 
 
 def stream_bytes(kernel: Kernel, tensors: frozenset[str], line_bytes: int) -> dict[tuple[str, str], int]:
@@ -51,15 +24,11 @@ def stream_bytes(kernel: Kernel, tensors: frozenset[str], line_bytes: int) -> di
     lines) times how often the tile is (re)loaded or stored in the tiles' loop order. A kernel
     without loops (a layout copy) moves each streamed operand once.
     """
-    from tilegraph.passes.fusion import kernel_domain_of
-    from tilegraph.passes.tiling import footprint
-    from tilegraph.passes.tiling.model import moves
-
     wanted = {v.name for v in kernel.inputs + kernel.outputs if v.name in tensors}
     if not wanted:
         return {}
     out: dict[tuple[str, str], int] = {}
-    domain = kernel_domain_of(kernel)
+    domain = kernel.domain
     if not domain.structured or not domain.loops:
         for v in kernel.inputs:
             if v.name in wanted:
@@ -84,10 +53,11 @@ def stream_bytes(kernel: Kernel, tensors: frozenset[str], line_bytes: int) -> di
 
 
 def streamed_tensors(program: Program) -> frozenset[str]:
-    """Tensors the memory plan leaves out, streamed by tiles: those `prepare` took out for size, and
-    the parameters when the plan was made without weights (memplan's `weights=False`)."""
-    names = set(program.notes.get("sim_streamed", ()))
-    if program.memory_plan is not None and not program.memory_plan.weights:
+    """Tensors the memory plan leaves out, streamed by tiles: those it streams for size, and the
+    parameters when the plan was made without weights (memplan's `weights=False`)."""
+    plan = program.memory_plan
+    names = set(plan.streamed) if plan is not None else set()
+    if plan is not None and not plan.weights:
         names |= {v.name for v in program.graph.params}
     return frozenset(names)
 

@@ -1,9 +1,10 @@
 """What one kernel asks of the accelerator: GEMMs for the PE array, operations for the vector unit, tile steps.
 
-Every contraction (matmul, batch_matmul) and conv2d node runs on the array as a GEMM (SCALE-Sim's
-mapping: M output pixels/rows, N filters/columns, K window/reduction); every other node runs on
-the vector unit: its flops, or one operation per result element for a data move (transpose,
-slice, concat, gather, ...); reshapes and constants are free.
+Every contraction or window op with a weight operand (matmul, batch_matmul, conv2d) runs on the
+array as a GEMM read off its iteration space (SCALE-Sim's mapping: K the reduction loops, N the
+loops only the weight indexes, groups the loops both operands index, M the rest: output pixels or
+rows); every other node runs on the vector unit: its flops, or one operation per result element
+for a data move (transpose, slice, concat, gather, ...); reshapes and constants are free.
 
 Steps: the granularity at which transfers overlap compute. At least one per tile the tiling pass
 chose (a tile's data is loaded before it is computed). Within a tile the work still streams: the
@@ -20,13 +21,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tilegraph.ir.domain import ANCHORS
 from tilegraph.ir.graph import Node
 from tilegraph.ir.program import Kernel
+from tilegraph.ir.structured import REDUCTION
 
 from .array import Gemm
 
 FREE_OPS = frozenset({"reshape", "constant"})
-ARRAY_OPS = frozenset({"matmul", "batch_matmul", "conv2d"})
 MAX_STEPS = 64  # tile steps simulated per kernel (consecutive tiles are grouped beyond this)
 COPY_CHUNK = 4096  # bytes per step of an untiled (layout) kernel, as the tile pass streams them
 SUBTILE_BYTES = 32 * 1024  # least I/O per sub-tile step (see the module docstring)
@@ -49,18 +51,27 @@ class KernelWork:
         return sum(g.macs for g in self.gemms)
 
 
+def runs_on_array(node: Node) -> bool:
+    """A contraction or window over two operands (data and weight): a GEMM on the PE array."""
+    return node.opdef.category in ANCHORS and len(node.inputs) == 2 and node.iteration_space() is not None
+
+
 def node_gemm(node: Node) -> Gemm:
-    """The GEMM of a matmul, batch_matmul or conv2d node."""
+    """The GEMM of an array node, from its loops: K reduced, N read by the weight only, groups read by
+    both operands, M the rest (a batch the weight does not have joins the rows: shared weights)."""
     space = node.iteration_space()
-    extents = space.extents
-    if node.op == "conv2d":
-        n, groups, f, oh, ow, c, kh, kw = extents
-        return Gemm(n * oh * ow, f, c * kh * kw, groups)
-    *batch, m, n, k = extents
-    count = math.prod(batch)
-    if node.op == "matmul" and all(d == 1 for d in node.inputs[1].type.shape[:-2]):
-        return Gemm(count * m, n, k)  # shared weights: the batch joins the rows
-    return Gemm(m, n, k, count)
+    data, weight = ({d for expr in amap.exprs for d, _ in expr.terms} for amap in space.inputs[:2])
+    m = n = k = groups = 1
+    for d, (extent, kind) in enumerate(zip(space.extents, space.kinds)):
+        if kind == REDUCTION:
+            k *= extent
+        elif d in weight and d in data:
+            groups *= extent
+        elif d in weight:
+            n *= extent
+        else:
+            m *= extent
+    return Gemm(m, n, k, groups)
 
 
 def node_vector_ops(node: Node) -> int:
@@ -76,16 +87,15 @@ def kernel_tiles(kernel: Kernel) -> int:
     """Tiles of the kernel under its tile sizes: the product of every tiled loop's trip count."""
     if not kernel.tiles:
         return max(1, math.ceil(kernel.io_bytes / COPY_CHUNK))
-    from tilegraph.passes.fusion import kernel_domain_of
 
-    extents = {loop.name: loop.extent for loop in kernel_domain_of(kernel).loops}
+    extents = {loop.name: loop.extent for loop in kernel.domain.loops}
     return math.prod(math.ceil(extents.get(name, size) / max(1, size)) for name, size in kernel.tiles)
 
 
 def kernel_work(kernel: Kernel) -> KernelWork:
     """The kernel's array and vector work and its simulated steps."""
-    gemms = tuple(node_gemm(n) for n in kernel.nodes if n.op in ARRAY_OPS)
-    vector = sum(node_vector_ops(n) for n in kernel.nodes if n.op not in ARRAY_OPS)
+    gemms = tuple(node_gemm(n) for n in kernel.nodes if runs_on_array(n))
+    vector = sum(node_vector_ops(n) for n in kernel.nodes if not runs_on_array(n))
     tiles = kernel_tiles(kernel)
     parts = math.ceil(kernel.io_bytes / SUBTILE_BYTES)
     return KernelWork(kernel.name, tuple(n.op for n in kernel.nodes), gemms, vector, kernel.flops, tiles,

@@ -7,6 +7,8 @@ written once. The same recurrence as the tiled reference executor's `attention()
 """
 from __future__ import annotations
 
+from tilegraph.ir.templates.attention import attention_layout
+
 from .scalar import Expr, cast, tl_type
 
 
@@ -14,8 +16,6 @@ class AttentionMixin:
     """Attention code generation for KernelEmitter."""
 
     def attention(self) -> None:
-        from tilegraph.passes.fusion import attention_layout
-
         domain = self.domain
         layout = attention_layout(domain, self.kernel.nodes)
         match, scores, kv, mx, pv = layout.match, layout.scores, layout.kv, layout.max, layout.pv

@@ -161,7 +161,7 @@ class DotMixin:
     def grouped_tiles(self) -> tuple[int, int] | None:
         """(m, n) when the kernel is a tiled 2-D matmul (plus epilogue): exactly two parallel loops of
         several tiles, and a node whose reduction is a plain tl.dot over them."""
-        if self.kernel.kind != "generic":
+        if self.kernel.template is not None:
             return None
         tiled = [k for k, p in enumerate(self.loops) if p.kind == PARALLEL and p.count > 1]
         if len(tiled) != 2 or self.loops[tiled[0]].count <= GROUP_M:

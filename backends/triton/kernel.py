@@ -1,4 +1,4 @@
-"""One fused kernel as one `@triton.jit` function, walking the structure of `kernel_domain_of`.
+"""One fused kernel as one `@triton.jit` function, walking the structure of `Kernel.domain`.
 
 The schedule is the tiled reference executor's (`backends/reference/tiled.py`), one Triton program
 per parallel tile. Every value inside a program is a block tensor of rank R (one axis per kernel
@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel
+from tilegraph.ir.domain import downstream
 from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, Arg
+from tilegraph.ir.templates import lowering_for
 
 from .attention import AttentionMixin
 from .dot import GROUP_M, MIN_DOT, DotMixin, split_update
@@ -90,7 +92,7 @@ def kept_whole(domain) -> frozenset[int]:
 def plan_loops(kernel: Kernel, domain) -> tuple[LoopPlan, ...]:
     """Tiles from the tiling pass (untiled loops whole); blocks are the next powers of two."""
     sizes = dict(kernel.tiles)
-    whole = kept_whole(domain) if kernel.kind == "generic" else frozenset()
+    whole = kept_whole(domain) if kernel.template is None else frozenset()
     plans = []
     for k, loop in enumerate(domain.loops):
         tiled = loop.kind in (PARALLEL, REDUCTION) and k not in whole
@@ -109,7 +111,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.interpreter = interpreter
         self.loops = plan_loops(kernel, domain)
         self.R = len(self.loops)
-        if kernel.kind == "generic":
+        if kernel.template is None:
             self.walk_reductions_in_chunks()
         self.lines: list[str] = []
         self.depth = 1
@@ -444,8 +446,6 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.open = []
 
     def generic(self) -> None:
-        from tilegraph.passes.fusion.domain import downstream
-
         domain = self.domain
         count = len(domain.nodes)
         reduction = domain.loops_of_kind(REDUCTION)
@@ -476,12 +476,10 @@ class KernelEmitter(DotMixin, AttentionMixin):
             self.whole(i)
 
     def emit(self) -> KernelSource:
-        if self.kernel.kind == "attention":
-            self.attention()
-        elif self.kernel.kind == "generic":
+        if self.kernel.template is None:
             self.generic()
         else:
-            raise TilegraphError(f"kernel {self.kernel.name}: kind {self.kernel.kind!r} has no Triton code generator")
+            lowering_for("triton", self.kernel.kind, TEMPLATE_EMITTERS)(self)
         grid = math.prod(p.count for p in self.loops if p.kind == PARALLEL)
         return KernelSource(self.function, "\n".join(self.lines) + "\n", grid, self.args, self.loops, self.uses_dot)
 
@@ -492,3 +490,6 @@ def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False
 
 
 __all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2", "MAX_NUMEL"]
+
+
+TEMPLATE_EMITTERS = {"attention": KernelEmitter.attention}  # kernel template -> its Triton code generator

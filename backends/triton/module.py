@@ -90,7 +90,6 @@ def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
     """The whole module for a fused, tiled Program (TilegraphError names any unsupported kernel).
     `interpreter`: for Triton's CPU interpreter, whose bf16 tl.dot returns garbage (Triton 3.9), bf16
     products are widened to f32 there; the GPU source keeps them on the tensor cores."""
-    from tilegraph.passes.fusion import kernel_domain_of
 
     graph = program.graph
     slots: dict[Value, int] = {}
@@ -106,7 +105,7 @@ def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
     steps: list[str] = []
     sources: list[KernelSource | None] = []
     for position, kernel in enumerate(program.kernels):
-        domain = kernel_domain_of(kernel)
+        domain = kernel.domain
         ops = ", ".join(mangle(n.op, prefix="") for n in kernel.nodes)
         steps.append(f"def step_{position}(t, dev, warps, stages):")
         steps.append(f"    # kernel {position} ({kernel.kind}): {ops}")

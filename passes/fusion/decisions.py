@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from tilegraph.ir.program import Program
 
-RULES = ("attention", "elementwise", "epilogue", "prologue", "reduction", "sibling", "alone")
+RULES = ("elementwise", "epilogue", "prologue", "reduction", "sibling", "alone")  # plus one per kernel template
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def format_fusion_decisions(program: Program) -> str:
     lines = [f"fusion: {nodes} nodes -> {len(program.kernels)} kernels "
              f"({taken} merges taken, {len(decisions) - taken} refused)"]
     for kernel in program.kernels:
-        kind = "" if kernel.kind == "generic" else f" <{kernel.kind}>"
+        kind = "" if kernel.template is None else f" <{kernel.kind}>"
         ops = ", ".join(f"%{n.name} {n.op}" for n in kernel.nodes)
         lines.append(f"  {kernel.name}{kind}: {ops}")
     lines.append("decisions:")

@@ -19,22 +19,23 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from tilegraph.ir.domain import (ANCHORS, FULL, KernelDomain, Misaligned, aligned_domain, structured_space,
+                                 whole_anchor_loop)
 from tilegraph.ir.graph import Graph, Node
 from tilegraph.ir.ops.registry import REDUCTION as REDUCTION_OP
 from tilegraph.ir.program import Kernel, Program
+from tilegraph.ir.templates import GENERIC, KernelTemplate, TemplateMatch, templates
 
+from ..manager import register_property_check
 from ..registry import PassContext, register_pass
-from .attention import AttentionMatch, attention_domain, match_attention
 from .decisions import FusionDecision
-from .domain import (ANCHORS, FULL, KernelDomain, Misaligned, aligned_domain, structured_space,
-                     whole_anchor_loop)
 
 
 @dataclass(frozen=True)
 class FuseOptions:
     """attention/prologues/siblings switch rules on; the rest feed the cost model."""
 
-    attention: bool = True  # FlashAttention kernels for decomposed attention
+    attention: bool = True  # FlashAttention kernels (a field named after a kernel template switches it)
     prologues: bool = True  # elementwise producers into matmul/conv (recomputed per tile of the other side)
     siblings: bool = True  # consumers of one tensor share a kernel (multi-output)
     flops_per_byte: float = 8.0  # machine balance: recompute is worth it when flops / this < bytes saved
@@ -148,7 +149,7 @@ class _Groups:
                 if indegree[h] == 0:
                     heapq.heappush(ready, (first[h], h))
         assert len(out) == len(self.members), "fusion produced a cycle between kernels"
-        return [Kernel(f"k{i}", tuple(self.members[g]), kind=self.kind.get(g, "generic")) for i, g in enumerate(out)]
+        return [Kernel(f"k{i}", tuple(self.members[g]), kind=self.kind.get(g, GENERIC)) for i, g in enumerate(out)]
 
 
 def _names(nodes: Iterable[Node]) -> tuple[str, ...]:
@@ -193,8 +194,9 @@ class _Fuser:
                 what = "a composite (canonicalize decomposes it)" if node.opdef.is_composite else "a layout op"
                 self.record("alone", False, [node], [], None, f"{node.op} is {what} without an iteration space: "
                             "it runs as its own kernel")
-        if self.options.attention:
-            self.attention()
+        for template in templates():
+            if getattr(self.options, template.name, True):  # templates without a switch are always on
+                self.apply(template)
         for node in self.graph.nodes:
             for value in dict.fromkeys(node.inputs):
                 producer = value.producer
@@ -204,29 +206,31 @@ class _Fuser:
             self.siblings()
         return self.groups.kernels()
 
-    def attention(self) -> None:
+    def apply(self, template: KernelTemplate) -> None:
+        """Make a kernel of every match of `template` (before the generic merges)."""
         for node in self.graph.nodes:
-            found = match_attention(node)
+            found = template.match(node)
             if found is None:
                 continue
             if isinstance(found, str):
-                self.record("attention", False, [node], [], None, found)
+                self.record(template.name, False, [node], [], None, found)
                 continue
-            self.merge_attention(found)
+            self.merge_template(template, found)
 
-    def merge_attention(self, match: AttentionMatch) -> None:
+    def merge_template(self, template: KernelTemplate, match: TemplateMatch) -> None:
         groups = self.groups
+        rule = template.name
         ids = list(dict.fromkeys(groups.of[n] for n in match.nodes))
         if any(g in groups.locked for g in ids):
-            self.record("attention", False, match.nodes, [], None, "overlaps another attention kernel")
+            self.record(rule, False, match.nodes, [], None, "overlaps another template kernel")
             return
         try:
-            domain = attention_domain(match)
+            domain = template.domain(match)
         except Misaligned as e:
-            self.record("attention", False, match.nodes, [], None, e.reason)
+            self.record(rule, False, match.nodes, [], None, e.reason)
             return
         if any(set(groups.members[g]) - set(match.nodes) for g in ids):
-            self.record("attention", False, match.nodes, [], None, "its nodes were already fused elsewhere")
+            self.record(rule, False, match.nodes, [], None, "its nodes were already fused elsewhere")
             return
         first = ids[0]
         for other in ids[1:]:
@@ -236,14 +240,12 @@ class _Fuser:
         for n in groups.members[first]:
             groups.of[n] = first
         groups.domains[first] = domain
-        groups.kind[first] = "attention"
+        groups.kind[first] = template.name
         groups.locked.add(first)
         saved = sum(io_bytes([n]) for n in match.nodes) - io_bytes(match.nodes)
         extra = recompute(domain, self.options.nominal_tile)
-        j = next(loop for loop in domain.loops if loop.kind == "reduction")
-        self.record("attention", True, match.nodes, [], match.pv.result,
-                    f"FlashAttention kernel: online softmax over key/value loop {j.name} ({j.extent} keys); "
-                    "the score matrix stays on chip", saved, sum(extra.values()), list(extra))
+        self.record(rule, True, match.nodes, [], match.output, template.describe(match, domain), saved,
+                    sum(extra.values()), list(extra))
 
     def siblings(self) -> None:
         graph = self.graph
@@ -281,7 +283,7 @@ class _Fuser:
         if any(groups.spaces[n] is None for n in a + b):
             return False  # recorded once per node ("alone")
         if ga in groups.locked or gb in groups.locked:
-            return refuse("an attention kernel takes no other nodes")
+            return refuse("a template kernel takes no other nodes")
         if rule == "prologue" and not options.prologues:
             return refuse("prologue fusion is switched off")
         found = anchors(a + b)
@@ -342,7 +344,7 @@ def fuse_graph(graph: Graph, options: FuseOptions = FuseOptions()) -> tuple[list
     return kernels, fuser.decisions
 
 
-@register_pass("fuse", FuseOptions, requires={"canonical"}, ensures={"fused"})
+@register_pass("fuse", FuseOptions, requires={"canonical"}, ensures={"fused"}, preserves={"canonical", "decomposed"})
 def fuse(program: Program, options: FuseOptions, ctx: PassContext) -> Program:
     """Group nodes into kernels: elementwise chains, prologues/epilogues, reductions, siblings, attention."""
     kernels, decisions = fuse_graph(program.graph, options)
@@ -350,7 +352,8 @@ def fuse(program: Program, options: FuseOptions, ctx: PassContext) -> Program:
     after = sum(k.io_bytes for k in kernels)
     ctx.stat("fuse", "nodes", len(program.graph.nodes))
     ctx.stat("fuse", "kernels", len(kernels))
-    ctx.stat("fuse", "attention kernels", sum(k.kind == "attention" for k in kernels))
+    for template in templates():
+        ctx.stat("fuse", f"{template.name} kernels", sum(k.kind == template.name for k in kernels))
     ctx.stat("fuse", "merges taken", sum(d.accepted for d in decisions))
     ctx.stat("fuse", "merges refused", sum(not d.accepted for d in decisions))
     ctx.stat("fuse", "bytes before", before)
@@ -364,13 +367,16 @@ def io_bytes_unfused(graph: Graph) -> int:
     return sum(io_bytes([n]) for n in graph.nodes)
 
 
-def kernel_domain_of(kernel: Kernel) -> KernelDomain:
-    """The loop domain of a kernel of a fused Program (attention kernels get their flash kinds)."""
-    if kernel.kind == "attention":
-        from .attention import match_kernel
+def _kernel_problems(program: Program):
+    """Property "fused": every kernel has a loop nest (its nodes align, or its template matches them)."""
+    for kernel in program.kernels:
+        try:
+            kernel.domain
+        except (Misaligned, ValueError) as e:
+            yield f"kernel {kernel.name} ({kernel.kind}) has no loop nest: {e}"
 
-        return attention_domain(match_kernel(kernel.nodes))
-    return aligned_domain(kernel.nodes)
+
+register_property_check("fused", _kernel_problems)
 
 
-__all__ = ["fuse", "FuseOptions", "fuse_graph", "kernel_domain_of", "io_bytes", "io_bytes_unfused", "recompute"]
+__all__ = ["fuse", "FuseOptions", "fuse_graph", "io_bytes", "io_bytes_unfused", "recompute"]

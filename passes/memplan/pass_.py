@@ -3,6 +3,9 @@
     canonicalize,fuse,tile{target=accel-small},memplan{capacity=256KiB,time_limit=10}
 
 Without `capacity`, the scratchpad is the on-chip memory of the target the tile pass used.
+`stream=true` leaves tensors too big to keep whole out of the plan (streamed by tiles, recorded in
+the plan); `grow=true` plans for the largest remaining working set when it exceeds the capacity
+(the plan records the capacity asked for) instead of failing.
 """
 from __future__ import annotations
 
@@ -11,11 +14,16 @@ from dataclasses import dataclass
 
 from tilegraph.ir.program import Program
 from tilegraph.ir.units import parse_bytes
+from tilegraph.passes.manager import register_property_check
 from tilegraph.passes.registry import PassContext, register_pass
 
-from .api import SOLVERS, Options, memplan
+from tilegraph.ir.memory_plan import MemoryPlan
+
+from .api import SOLVERS, Options, as_problem, solve_problem
+from .checker import find_violations
 from .cpsat import SolverConfig
 from .problem import MemplanError
+from .streaming import choose_streamed, without
 
 
 def _flag(value: bool | str) -> bool:
@@ -38,6 +46,8 @@ class MemplanOptions:
     time_limit: float = 10.0
     solver: str = "auto"
     deterministic: bool = True  # same input and options, same plan (CP-SAT on deterministic time)
+    stream: bool = False  # stream tensors that cannot be resident whole instead of failing
+    grow: bool = False  # plan for a larger capacity when a kernel's working set needs it, instead of failing
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capacity", str(self.capacity))
@@ -45,7 +55,8 @@ class MemplanOptions:
             parse_bytes(self.capacity)  # a bad size fails here, naming the text
         object.__setattr__(self, "time_limit", float(self.time_limit))
         object.__setattr__(self, "weights", _flag(self.weights))
-        object.__setattr__(self, "deterministic", _flag(self.deterministic))
+        for name in ("deterministic", "stream", "grow"):
+            object.__setattr__(self, name, _flag(getattr(self, name)))
         if self.order not in ("free", "fixed"):
             raise ValueError(f"memplan: order must be free or fixed, got {self.order!r}")
         if self.solver not in SOLVERS:
@@ -58,23 +69,50 @@ def scratchpad_capacity(program: Program, options: MemplanOptions) -> int:
     """The capacity asked for, else the on-chip memory of the target the tile pass used."""
     if options.capacity:
         return parse_bytes(options.capacity)
-    if "target" in program.notes:
-        from tilegraph.ir.target import load_target
-
-        return load_target(program.notes["target"]).onchip_bytes
+    if program.target is not None:
+        return program.target.onchip_bytes
     raise MemplanError("memplan needs a capacity (memplan{capacity=256KiB}) or a tile pass before it")
 
 
-@register_pass("memplan", MemplanOptions, requires=(), ensures={"memplanned"})
+@register_pass("memplan", MemplanOptions, requires=(), ensures={"memplanned"},
+               preserves={"canonical", "decomposed", "fused", "tiled", "placed"})
 def memplan_pass(program: Program, options: MemplanOptions, ctx: PassContext) -> Program:
     """Order kernels, place tensors in the scratchpad and decide spills/reloads (heuristic, then CP-SAT)."""
-    planned = memplan(program, capacity=scratchpad_capacity(program, options), order=options.order,
-                      weights=options.weights, time_limit=options.time_limit, solver=options.solver,
-                      options=Options(config=SolverConfig(deterministic=options.deterministic)))
-    plan = planned.memory_plan
+    plan = plan_program(program, options)
     ctx.stat("memplan", "capacity", plan.capacity)
     ctx.stat("memplan", "non-compulsory bytes", plan.traffic)
     ctx.stat("memplan", "lower bound bytes", plan.lower_bound)
     ctx.stat("memplan", "gap", plan.gap)
     ctx.stat("memplan", "solver", plan.solver)
-    return dataclasses.replace(planned, properties=program.properties | {"memplanned"})
+    by_name = {k.name: k for k in program.kernels}
+    return dataclasses.replace(program, kernels=tuple(by_name[name] for name in plan.order), memory_plan=plan,
+                               properties=program.properties | {"memplanned"})
+
+
+def plan_program(program: Program, options: MemplanOptions) -> MemoryPlan:
+    """The memory plan the pass attaches: streamed tensors left out, capacity grown, when the options say so."""
+    problem = as_problem(program, weights=options.weights)
+    wanted = scratchpad_capacity(program, options)
+    streamed = choose_streamed(problem, wanted) if options.stream else frozenset()
+    names = tuple(sorted(problem.tensor_names[i] for i in streamed))
+    problem = without(problem, streamed)
+    capacity = max(wanted, problem.max_working_set()[0], 1) if options.grow else wanted
+    plan = solve_problem(problem, capacity, order=options.order, time_limit=options.time_limit,
+                         solver=options.solver, weights=options.weights,
+                         options=Options(config=SolverConfig(deterministic=options.deterministic)))
+    return dataclasses.replace(plan, streamed=names, requested_capacity=wanted if capacity > wanted else None)
+
+
+def _plan_problems(program: Program):
+    """Property "memplanned": a plan in the kernels' order that the independent checker accepts."""
+    plan = program.memory_plan
+    if plan is None:
+        yield "no memory plan is recorded"
+        return
+    if tuple(plan.order) != tuple(k.name for k in program.kernels):
+        yield "the kernels are not in the memory plan's order"
+        return
+    yield from find_violations(as_problem(program, weights=plan.weights), plan)
+
+
+register_property_check("memplanned", _plan_problems)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tilegraph.ir.placement import Placement, PlacementError
 from tilegraph.ir.program import Program
 from tilegraph.ir.system import System, load_system
+from tilegraph.passes.manager import register_property_check
 from tilegraph.passes.registry import PassContext, register_pass
 
 from .checker import check_placement
@@ -85,7 +86,8 @@ def place_program(program: Program, system: System | str, time_limit: float = 30
     return to_placement(pb, outcome, sys_.name)
 
 
-@register_pass("place", PlaceOptions, requires=(), ensures={"placed"})
+@register_pass("place", PlaceOptions, requires=(), ensures={"placed"},
+               preserves={"canonical", "decomposed", "fused", "tiled", "memplanned"})
 def place(program: Program, options: PlaceOptions, ctx: PassContext) -> Program:
     """Assign every kernel a device and a start time (CP-SAT warm-started from HEFT and others)."""
     if options.system:
@@ -101,6 +103,20 @@ def place(program: Program, options: PlaceOptions, ctx: PassContext) -> Program:
     ctx.stat("place", "gap", placement.gap)
     ctx.stat("place", "method", placement.method)
     return dataclasses.replace(program, placement=placement, properties=program.properties | {"placed"})
+
+
+def _placement_problems(program: Program):
+    """Property "placed": a placement that places exactly the program's kernels."""
+    placement = program.placement
+    if placement is None:
+        yield "no placement is recorded"
+        return
+    placed = [k.kernel for k in placement.kernels]
+    if sorted(placed) != sorted(k.name for k in program.kernels):
+        yield f"the placement places kernels {sorted(placed)}, not the program's"
+
+
+register_property_check("placed", _placement_problems)
 
 
 __all__ = ["place_program", "format_report", "draw_gantt", "check_placement", "PlaceOptions", "Placement",

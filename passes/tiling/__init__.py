@@ -2,7 +2,7 @@
 
     from tilegraph.passes.tiling import tile_program, format_tiling, TileReport
 """
-from .model import Costs, LowerBound, compulsory_bytes, evaluate, footprint, lower_bound
+from tilegraph.ir.tile_model import Costs, LowerBound, compulsory_bytes, evaluate, footprint, lower_bound
 from .search import Tiling, cost_of, search
 from .tile import TileOptions, TileReport, TilingError, format_tiling, split_stages, tile, tile_kernel, tile_program
 

@@ -20,8 +20,8 @@ import numpy as np
 from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
 from tilegraph.ir.target import Target
 
-from ..fusion.domain import FULL, KernelDomain
-from .model import evaluate, loop_orders
+from tilegraph.ir.domain import FULL, KernelDomain
+from tilegraph.ir.tile_model import evaluate, loop_orders
 
 
 @dataclass(frozen=True)

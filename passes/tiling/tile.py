@@ -17,12 +17,13 @@ from dataclasses import dataclass, replace
 from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.graph import Node
 from tilegraph.ir.program import Kernel, Program
+from tilegraph.ir.templates import GENERIC
 from tilegraph.ir.target import Target, load_target
 
-from ..fusion.domain import FULL, KernelDomain
-from ..fusion.fuse import kernel_domain_of
+from tilegraph.ir.domain import FULL, KernelDomain
+from ..manager import register_property_check
 from ..registry import PassContext, register_pass
-from .model import lower_bound
+from tilegraph.ir.tile_model import lower_bound
 from .search import Tiling, cost_of, search
 
 COPY_CHUNK = 4096  # bytes a layout kernel moves per step, per operand (less if the budget is smaller)
@@ -34,9 +35,10 @@ class TilingError(TilegraphError):
 
 @dataclass(frozen=True)
 class TileOptions:
-    """target: a preset name or a .toml path; max_candidates bounds the tilings tried per kernel."""
+    """target: a preset name or a .toml path (empty: the PassContext's Target, else cpu);
+    max_candidates bounds the tilings tried per kernel."""
 
-    target: str = "cpu"
+    target: str = ""
     max_candidates: int = 200_000
 
 
@@ -106,7 +108,7 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
     A generic kernel keeping whole rows (full loops) is split at its reduction boundaries when
     no tiling fits, or when the pieces together move fewer bytes than the best fitting tiling.
     """
-    domain = kernel_domain_of(kernel)
+    domain = kernel.domain
     budget = target.onchip_bytes
     if not domain.structured:
         moved = kernel.io_bytes
@@ -117,7 +119,7 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
         report = TileReport(kernel.name, kernel.kind, (), working, budget, moved, moved, "compulsory", 1, 1.0, note)
         return [(kernel, report)]
     found = search(domain, target, options.max_candidates)
-    stages = split_stages(domain) if kernel.kind == "generic" and domain.loops_of_kind(FULL) else []
+    stages = split_stages(domain) if kernel.template is None and domain.loops_of_kind(FULL) else []
     if len(stages) >= 2:
         # cut after the first stage only; each side decides again whether to split further
         pieces = [stages[0], tuple(n for n in kernel.nodes if n not in set(stages[0]))]
@@ -142,7 +144,7 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
 
 def _finish(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling) -> tuple[Kernel, TileReport]:
     tiles = tuple((domain.loops[i].name, found.tiles[i]) for i in found.order)
-    bound = lower_bound(domain, kernel.kind, target)
+    bound = lower_bound(domain, kernel.template, target)
     report = TileReport(kernel.name, kernel.kind, tiles, found.working_set, target.onchip_bytes, found.traffic,
                         bound.bytes, bound.source, found.parallel, recompute_factor(domain, dict(tiles)))
     return replace(kernel, tiles=tiles), report
@@ -157,18 +159,20 @@ def tile_program(program: Program, target: Target, options: TileOptions = TileOp
     return kernels, reports
 
 
-@register_pass("tile", TileOptions, requires={"fused"}, ensures={"tiled"})
+@register_pass("tile", TileOptions, requires={"fused"}, ensures={"tiled"},
+               preserves={"canonical", "decomposed", "fused"})
 def tile(program: Program, options: TileOptions, ctx: PassContext) -> Program:
     """Pick tile sizes per kernel: the working set fits the target, traffic is minimal."""
-    target = load_target(options.target)
+    target = ctx.target if not options.target and isinstance(ctx.target, Target) else \
+        load_target(options.target or "cpu")
     kernels, reports = tile_program(program, target, options)
     ctx.stat("tile", "target", target.name)
     ctx.stat("tile", "kernels split", sum(1 for r in reports if r.note.startswith("split")))
     ctx.stat("tile", "traffic bytes", sum(r.traffic for r in reports))
     ctx.stat("tile", "lower bound bytes", sum(r.lower_bound for r in reports))
     ctx.stat("tile", "largest working set", max((r.working_set for r in reports), default=0))
-    return replace(program, kernels=tuple(kernels), properties=program.properties | {"tiled"},
-                   notes={**program.notes, "tiling": reports, "target": target.name})
+    return replace(program, kernels=tuple(kernels), target=target, properties=program.properties | {"tiled"},
+                   notes={**program.notes, "tiling": reports})
 
 
 def format_tiling(program: Program) -> str:
@@ -176,13 +180,39 @@ def format_tiling(program: Program) -> str:
     reports = program.notes.get("tiling", ())
     if not reports:
         return "tiling: not run"
-    lines = [f"tiling for target {program.notes.get('target', '?')}:"]
+    lines = [f"tiling for target {program.target.name if program.target else '?'}:"]
     for r in reports:
         tiles = ", ".join(f"{name}={size}" for name, size in r.tiles) or "-"
-        kind = "" if r.kind == "generic" else f" <{r.kind}>"
+        kind = "" if r.kind == GENERIC else f" <{r.kind}>"
         extra = f" [{r.note}]" if r.note else ""
         lines.append(f"  {r.kernel}{kind}: tiles {tiles}; working set {r.working_set}/{r.budget} B; "
                      f"traffic {r.traffic} B vs {r.bound} bound {r.lower_bound} B ({r.ratio:.2f}x); "
                      f"{r.parallel_tiles} parallel tiles; recompute {r.recompute:.2f}x{extra}")
     return "\n".join(lines)
 
+
+def _tiling_problems(program: Program):
+    """Property "tiled": a target is recorded, and every kernel with loops has a tile per loop that fits it."""
+    target = program.target
+    if target is None:
+        yield "no target is recorded"
+        return
+    for kernel in program.kernels:
+        domain = kernel.domain
+        if not domain.structured or not domain.loops:
+            continue
+        loops = {loop.name: loop for loop in domain.loops}
+        if set(dict(kernel.tiles)) != set(loops):
+            yield f"kernel {kernel.name}: tiles {dict(kernel.tiles)} do not cover its loops {sorted(loops)}"
+            continue
+        over = [name for name, size in kernel.tiles if size > loops[name].extent]
+        if over:
+            yield f"kernel {kernel.name}: tiles of {', '.join(over)} exceed their loops"
+            continue
+        working_set = cost_of(domain, target, dict(kernel.tiles)).working_set
+        if working_set > target.onchip_bytes:
+            yield (f"kernel {kernel.name}: its tiles' working set {working_set} B exceeds the "
+                   f"{target.onchip_bytes} B of target {target.name}")
+
+
+register_property_check("tiled", _tiling_problems)

@@ -22,7 +22,6 @@ from tilegraph.frontends.dsl import parse, parse_file
 from tilegraph.ir import DType, GraphBuilder, InputError, TilegraphError
 from tilegraph.ir.target import load_target
 from tilegraph.passes import PassManager
-from tilegraph.passes.fusion import kernel_domain_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CPU = load_target("cpu")
@@ -101,7 +100,7 @@ def test_vector_micro_kernel_with_edges_and_a_carried_reduction(batch):
     b.output(b.tanh(b.add(b.matmul(x, w), bias)))
     program = PassManager("canonicalize,fuse").run(b.graph)
     (kernel,) = program.kernels
-    domain = kernel_domain_of(kernel)
+    domain = kernel.domain
     sizes = {19: 10, 70: 64, 37: 16, 2: 1}
     program = program.with_kernels([replace(kernel, tiles=tuple((loop.name, sizes[loop.extent])
                                                                 for loop in domain.loops))])
@@ -140,7 +139,7 @@ def test_narrow_channel_tiles_widen_to_the_register_block(channels, tile, widene
     program = PassManager("canonicalize,fuse").run(b.graph)
     (kernel,) = program.kernels
     tiles = tuple((loop.name, tile if loop.extent == channels else loop.extent)
-                  for loop in kernel_domain_of(kernel).loops)
+                  for loop in kernel.domain.loops)
     program = program.with_kernels([replace(kernel, tiles=tiles)])
     params = bound_params(b.graph, program)
     inputs = reference.random_inputs(b.graph)
@@ -194,7 +193,7 @@ def test_flat_blocks_over_rows_and_columns(flags, shape, weight, attrs, reduce_t
     program = schedule(b.graph, CPU)
     if reduce_tile:
         (kernel,) = program.kernels
-        domain = kernel_domain_of(kernel)
+        domain = kernel.domain
         tiles = dict(kernel.tiles)
         channel = next(loop.name for loop in domain.loops if loop.kind == "reduction" and loop.extent == shape[1])
         program = program.with_kernels([replace(kernel, tiles=tuple({**tiles, channel: reduce_tile}.items()))])
@@ -281,7 +280,7 @@ def test_flash_attention_with_ragged_key_tiles(mask):
     program = PassManager("canonicalize,fuse").run(b.graph)
     (kernel,) = program.kernels
     assert kernel.kind == "attention"
-    tiles = tuple((loop.name, 5 if loop.kind != "full" else loop.extent) for loop in kernel_domain_of(kernel).loops)
+    tiles = tuple((loop.name, 5 if loop.kind != "full" else loop.extent) for loop in kernel.domain.loops)
     program = program.with_kernels([replace(kernel, tiles=tiles)])
     inputs = reference.random_inputs(b.graph)
     if mask == "bool":
@@ -301,7 +300,7 @@ def test_flash_attention_with_long_key_tiles_and_tails():
     (kernel,) = program.kernels
     sizes = {9: 4, 37: 19}
     tiles = tuple((loop.name, sizes.get(loop.extent, 1) if loop.kind != "full" else loop.extent)
-                  for loop in kernel_domain_of(kernel).loops)
+                  for loop in kernel.domain.loops)
     program = program.with_kernels([replace(kernel, tiles=tiles)])
     inputs = reference.random_inputs(b.graph)
     compiled = fast_build(program, {})

@@ -11,8 +11,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import graphs
 
-from tilegraph.backends.sim import (Gemm, SimError, array_cycles, format_sim_report, lower, plot_timeline, prepare,
-                                    simulate, simulate_graph, trace_events, write_trace)
+from tilegraph.backends.sim import (Gemm, SimError, array_cycles, format_sim_report, lower, plot_timeline, simulate,
+                                    trace_events, write_trace)
+from tilegraph.simulation import prepare, simulate_graph
 from tilegraph.backends.sim.array import folds, mapping_efficiency, spatio_temporal
 from tilegraph.ir import GraphBuilder, TilegraphError
 from tilegraph.ir.accel import AccelError, Accelerator, accel_from_dict, accel_presets, load_accel
@@ -191,7 +192,7 @@ def test_tensors_too_big_for_the_scratchpad_are_streamed_by_tiles():
     graph = matmul_graph(256, 256, 256)  # 256 KiB per operand: no kernel working set fits whole
     program = prepare(graph, accel, solver="heuristic")
     # greedily the largest (first on ties) until the rest fits: x, then w; the result stays planned
-    assert program.notes["sim_streamed"] == ("w", "x") and program.memory_plan.capacity == accel.scratchpad_bytes
+    assert program.memory_plan.streamed == ("w", "x") and program.memory_plan.capacity == accel.scratchpad_bytes
     report = simulate(program, accel)
     size = 256 * 256 * 4
     assert report.read_compulsory == 2 * size and report.write_compulsory == size
@@ -271,11 +272,12 @@ def test_compiled_sim_backend_runs_and_simulates():
     import numpy as np
 
     from tilegraph.backends.reference import random_params
-    from tilegraph.backends.sim.compiled import TILE_TARGET, build
+    from tilegraph.backends.base import get_backend
+    from tilegraph.backends.sim.compiled import build
     from tilegraph.driver import compile_program, default_pipeline
 
     graph = matmul_graph(8, 4, 8)
-    program, _ = compile_program(graph, default_pipeline(TILE_TARGET))
+    program, _ = compile_program(graph, default_pipeline(get_backend("sim").tile_target))
     params = random_params(program.graph, 0, None)
     fn = build(program, params, accel="edge-npu", solver="heuristic")
     x = np.ones((8, 4), np.float32)
@@ -313,7 +315,7 @@ def test_simulation_properties(graph, bandwidth, double, mode, dram_model, psum,
     plan = program.memory_plan
     # the simulator moves exactly the plan's bytes for planned tensors, split the same way (beyond
     # them: partial sums, and under calc the re-reads of operands bigger than an operand SRAM)
-    streamed = set(program.notes.get("sim_streamed", ()))
+    streamed = set(program.memory_plan.streamed)
     dma = [t.command for t in report.timeline if t.command.kind in ("load", "store")]
     planned = [c for c in dma if c.tensor not in streamed and not c.psum and not c.streamed]
     assert report.write_psum == sum(c.bytes for c in dma if c.psum)

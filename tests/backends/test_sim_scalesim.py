@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from tilegraph.backends.sim import Gemm, array_cycles, prepare, simulate
+from tilegraph.backends.sim import Gemm, array_cycles, simulate
+from tilegraph.simulation import prepare
 from tilegraph.backends.sim.array import operand_reads
 from tilegraph.backends.sim.calc import active_bytes, conv_fold_halo, drain_remainder
 from tilegraph.backends.sim.scalesim import ScaleSimUnavailable, run_scalesim, scalesim_python

@@ -19,7 +19,6 @@ from tilegraph.frontends.dsl import parse_file  # noqa: E402
 from tilegraph.ir import GraphBuilder, TilegraphError  # noqa: E402
 from tilegraph.ir.target import load_target  # noqa: E402
 from tilegraph.passes import PassManager  # noqa: E402
-from tilegraph.passes.fusion import kernel_domain_of  # noqa: E402
 
 HOST = Path(__file__).resolve().parents[1] / "sycl_host"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -50,7 +49,7 @@ def test_flash_attention_on_the_host(group_size):
     b.output(b.attention(q, k, v, causal=True))
     program = PassManager("canonicalize,fuse").run(b.graph)
     (kernel,) = program.kernels
-    tiles = tuple((loop.name, 5 if loop.kind != "full" else loop.extent) for loop in kernel_domain_of(kernel).loops)
+    tiles = tuple((loop.name, 5 if loop.kind != "full" else loop.extent) for loop in kernel.domain.loops)
     program = program.with_kernels([replace(kernel, tiles=tiles)])
     inputs = reference.random_inputs(b.graph)
     compiled = host_build(program, {}, group_size=group_size)

@@ -16,7 +16,7 @@ from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.structured import Acc, Arg, call
 from tilegraph.ir.target import Target, load_target
 from tilegraph.passes import PassManager
-from tilegraph.passes.fusion import Misaligned, kernel_domain_of
+from tilegraph.ir.domain import Misaligned
 from tilegraph.passes.tiling import tile_program
 
 TINY = Target("tiny", "accelerator", onchip_bytes=1024, double_buffer=True, line_bytes=16)
@@ -98,7 +98,7 @@ def test_flash_attention_matches_the_reference(mask):
     program = PassManager("canonicalize,fuse").run(graph)
     (kernel,) = program.kernels
     assert kernel.kind == "attention"
-    tiles = tuple((loop.name, 5 if loop.kind != "full" else loop.extent) for loop in kernel_domain_of(kernel).loops)
+    tiles = tuple((loop.name, 5 if loop.kind != "full" else loop.extent) for loop in kernel.domain.loops)
     program = program.with_kernels([replace(kernel, tiles=tiles)])  # ragged query and key/value tiles
     inputs = reference.random_inputs(graph)
     if mask == "bool":

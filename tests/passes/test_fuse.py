@@ -11,13 +11,13 @@ from hypothesis import given
 from strategies import graphs
 
 from tilegraph.ir import DType, GraphBuilder
+from tilegraph.ir.domain import FULL
 from tilegraph.ir.program import Program
-from tilegraph.passes import PassManager
-from tilegraph.passes.fusion import (FuseOptions, FusionDecision, format_fusion_decisions, fuse_graph, kernel_domain_of,
-                                     match_kernel)
-from tilegraph.passes.fusion.decisions import RULES
-from tilegraph.passes.fusion.domain import FULL
 from tilegraph.ir.structured import PARALLEL, REDUCTION
+from tilegraph.ir.templates import templates
+from tilegraph.ir.templates.attention import ATTENTION
+from tilegraph.passes import PassManager
+from tilegraph.passes.fusion import RULES, FuseOptions, FusionDecision, format_fusion_decisions, fuse_graph
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -42,7 +42,7 @@ def test_matmul_bias_relu_is_one_kernel():
     program = fused(b.graph)
     assert [ops(k) for k in program.kernels] == [["matmul", "add", "relu"]]
     domain = kernel_of(program, "matmul")
-    loops = kernel_domain_of(domain).loops
+    loops = domain.domain.loops
     assert [loop.kind for loop in loops] == [PARALLEL, PARALLEL, REDUCTION]
     rules = {d.rule for d in program.notes["fusion"] if d.accepted}
     assert rules == {"epilogue"}
@@ -54,7 +54,7 @@ def test_softmax_is_one_kernel_with_a_whole_row():
     program = fused(b.graph)
     assert len(program.kernels) == 1
     assert sorted(ops(program.kernels[0])) == sorted(["max", "sub", "exp", "sum", "div"])
-    kinds = [loop.kind for loop in kernel_domain_of(program.kernels[0]).loops]
+    kinds = [loop.kind for loop in program.kernels[0].domain.loops]
     assert kinds == [PARALLEL, FULL]
 
 
@@ -80,8 +80,8 @@ def test_attention_is_one_flash_kernel(causal, mask):
     program = fused(_attention_graph(causal=causal, mask=mask))
     (kernel,) = program.kernels
     assert kernel.kind == "attention"
-    match = match_kernel(kernel.nodes)
-    domain = kernel_domain_of(kernel)
+    match = ATTENTION.match_kernel(kernel.nodes)
+    domain = kernel.domain
     kv = domain.loops_of_kind(REDUCTION)
     assert len(kv) == 1 and domain.node_loops[domain.index(match.max)][-1] == kv[0]
     assert len(domain.loops_of_kind(FULL)) == 2  # head widths d and e stay whole
@@ -111,7 +111,7 @@ def test_conv_bias_relu_epilogue():
 
 def test_reshapes_that_split_or_merge_axes_are_affine():
     from tilegraph.ir.structured import run_loops
-    from tilegraph.passes.fusion.domain import reshape_space
+    from tilegraph.ir.domain import reshape_space
 
     for source, target in (((64, 128), (64, 4, 32)), ((4, 2, 3), (8, 3)), ((1, 6, 1), (2, 1, 3)), ((), (1, 1)),
                            ((2, 6), (4, 3))):
@@ -185,7 +185,8 @@ def test_decisions_are_frozen_records_and_format():
     b.output(b.matmul(h, b.param("w2", [32, 4])))
     program = fused(b.graph)
     decisions = program.notes["fusion"]
-    assert all(isinstance(d, FusionDecision) and d.rule in RULES for d in decisions)
+    assert all(isinstance(d, FusionDecision) and d.rule in RULES + tuple(t.name for t in templates())
+               for d in decisions)
     with pytest.raises(dataclasses.FrozenInstanceError):
         decisions[0].accepted = False
     text = format_fusion_decisions(program)
@@ -279,7 +280,7 @@ def test_fusion_partitions_without_cycles_or_hidden_recompute(graph):
         if d.accepted and d.recompute_flops:
             assert d.recompute_flops / options.flops_per_byte < d.saved_bytes
     for kernel in program.kernels:
-        domain = kernel_domain_of(kernel)
+        domain = kernel.domain
         for i, node in enumerate(domain.nodes):
             if domain.spaces[i] is not None and domain.missing_parallel(i):
                 assert node.name in allowed, f"%{node.name} is recomputed per tile without a decision"

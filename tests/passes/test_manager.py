@@ -36,8 +36,14 @@ class KnobOptions:
 _TEST_PASSES: list[tuple] = []
 
 
+# what the test passes keep of their input unless they say otherwise (they change no decision)
+KEEPS = frozenset({"canonical", "decomposed", "fused", "tiled", "memplanned", "placed", "t_marked"})
+
+
 def _register(name, options=None, **contract):
     """Collect a pass for this module; the fixture below registers it only while these tests run."""
+    contract.setdefault("preserves", KEEPS)
+
     def decorate(fn):
         _TEST_PASSES.append((name, options, contract, fn))
         return fn
@@ -57,6 +63,12 @@ def test_passes():
 @_register("t_knobs", KnobOptions)
 def knobs(program, options, ctx):
     ctx.stat("t_knobs", "count", options.count)
+    return program
+
+
+@_register("t_forgets", preserves=())
+def forgets(program, options, ctx):
+    """Declares that it preserves nothing."""
     return program
 
 
@@ -384,3 +396,11 @@ def test_property_checks_are_registered_by_name():
     assert find_program_problems(program) == ["property t_single_kernel: 3 kernels, expected one"]
     with pytest.raises(ValueError):
         register_property_check("t_single_kernel", check)
+
+
+def test_properties_a_pass_does_not_preserve_are_dropped_with_their_decisions():
+    program = PassManager("canonicalize,fuse,tile{target=accel-small},t_mark,t_forgets").run(mlp())
+    assert program.properties == frozenset()
+    assert program.target is None and not any(kernel.tiles for kernel in program.kernels)
+    kept = PassManager("canonicalize,fuse,tile{target=accel-small},t_mark,t_noop").run(mlp())
+    assert {"canonical", "fused", "tiled", "t_marked"} <= kept.properties and kept.target is not None

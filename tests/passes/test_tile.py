@@ -12,7 +12,6 @@ from tilegraph.ir import GraphBuilder
 from tilegraph.ir.program import Program
 from tilegraph.ir.target import Target, TargetError, load_target, presets
 from tilegraph.passes import PassManager
-from tilegraph.passes.fusion import kernel_domain_of
 from tilegraph.passes.tiling import (TileReport, TilingError, cost_of, format_tiling, search, tile_kernel,
                                      tile_program)
 
@@ -83,7 +82,7 @@ def test_matmul_tiling_fits_and_is_near_the_hong_kung_bound(target):
     else:
         assert report.lower_bound <= report.traffic <= 3.5 * report.lower_bound
     (kernel,) = program.kernels
-    assert {name for name, _ in kernel.tiles} == {loop.name for loop in kernel_domain_of(kernel).loops}
+    assert {name for name, _ in kernel.tiles} == {loop.name for loop in kernel.domain.loops}
 
 
 def test_gpu_contractions_feed_the_tensor_cores():
@@ -99,7 +98,7 @@ def test_gpu_contractions_feed_the_tensor_cores():
         program = tiled(graph, target)
         narrow = 0
         for kernel in program.kernels:
-            domain, tiles = kernel_domain_of(kernel), dict(kernel.tiles)
+            domain, tiles = kernel.domain, dict(kernel.tiles)
             for group in matrix_groups(domain):
                 for loops in group:
                     size = math.prod(tiles.get(domain.loops[d].name, domain.loops[d].extent) for d in loops)
@@ -117,7 +116,7 @@ def test_a_larger_budget_moves_fewer_bytes():
 
 def test_search_prefers_least_traffic_then_parallelism():
     program = fused(matmul_graph(256, 256, 256))
-    domain = kernel_domain_of(program.kernels[0])
+    domain = program.kernels[0].domain
     target = load_target("accel-small")
     best = search(domain, target)
     for tiles in ({"d0": 64, "d1": 64, "d2": 64}, {"d0": 32, "d1": 128, "d2": 16}, {"d0": 16, "d1": 16, "d2": 256}):
@@ -141,7 +140,7 @@ def test_attention_working_set_does_not_grow_with_sequence_length():
         program = tiled(_attention(length), "accel-small")
         ((kernel, report),) = [(k, r) for k, r in zip(program.kernels, program.notes["tiling"])]
         assert kernel.kind == "attention" and report.working_set <= target.onchip_bytes
-        domain = kernel_domain_of(kernel)
+        domain = kernel.domain
         (kv,) = [loop.name for loop in domain.loops if loop.kind == "reduction"]
         query = domain.loops[domain.node_loops[-1][-3]].name  # the P @ V matmul's row loop
         fixed = cost_of(domain, target, {query: 32, kv: 32, "d0": 1})
@@ -162,7 +161,7 @@ def test_every_tile_fits_the_budget(graph):
         for kernel, report in zip(kernels, reports):
             assert report.working_set <= target.onchip_bytes
             assert report.traffic >= report.lower_bound > 0 or kernel.io_bytes == 0
-            domain = kernel_domain_of(kernel)
+            domain = kernel.domain
             sizes = kernel.tile_sizes()
             for loop in domain.loops:
                 assert 1 <= sizes[loop.name] <= loop.extent
@@ -198,7 +197,7 @@ def test_tile_pass_reports_and_formats():
     h = b.relu(b.add(b.matmul(x, b.param("w", [128, 256])), b.param("b", [256])))
     b.output(b.softmax(h, axis=-1))
     program = PassManager("canonicalize,fuse,tile{target=gpu-h100}").run(b.graph)
-    assert {"fused", "tiled"} <= program.properties and program.notes["target"] == "gpu-h100"
+    assert {"fused", "tiled"} <= program.properties and program.target.name == "gpu-h100"
     text = format_tiling(program)
     assert text.startswith("tiling for target gpu-h100") and "bound" in text
     assert all(r.working_set <= r.budget for r in program.notes["tiling"])

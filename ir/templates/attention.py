@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilegraph.ir.domain import FULL, KernelDomain, Misaligned, kernel_domain, with_kinds
 from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.ops.registry import ELEMENTWISE, SOURCE
 from tilegraph.ir.structured import PARALLEL, REDUCTION
-
-from .domain import FULL, KernelDomain, Misaligned, kernel_domain, with_kinds
+from tilegraph.ir.templates import KernelTemplate, register_template
 
 MATMULS = ("matmul", "batch_matmul")
 MAX_CHAIN = 8
@@ -44,6 +44,10 @@ class AttentionMatch:
     sum: Node
     div: Node
     pv: Node
+
+    @property
+    def output(self) -> Value:
+        return self.pv.result
 
 
 def _last_axis_keepdims(node: Node) -> bool:
@@ -177,22 +181,34 @@ class AttentionLayout:
     pv: int
 
 
+def describe(match: AttentionMatch, domain: KernelDomain) -> str:
+    """The fusion report's line for an accepted attention kernel."""
+    j = next(loop for loop in domain.loops if loop.kind == REDUCTION)
+    return (f"FlashAttention kernel: online softmax over key/value loop {j.name} ({j.extent} keys); "
+            "the score matrix stays on chip")
+
+
+def lower_bound(domain: KernelDomain, onchip_bytes: float) -> float | None:
+    """FlashAttention's I/O bound L * S * d * e / M words (N^2 d^2 / M, constant 1), batch included, in bytes."""
+    pv, space = domain.nodes[-1], domain.spaces[-1]
+    if space is None or pv.op not in MATMULS:
+        return None
+    itemsize = pv.results[0].type.dtype.itemsize
+    qk = next(n for n in domain.nodes if n.op in MATMULS)
+    d = qk.inputs[0].type.shape[-1]
+    return space.points * d / (onchip_bytes / itemsize) * itemsize
+
+
+ATTENTION = register_template(KernelTemplate(
+    "attention", "softmax(q @ k^T ...) @ v as one FlashAttention kernel (online softmax over key/value tiles)",
+    match_attention, attention_domain, describe, lower_bound))
+
+
 def attention_layout(domain: KernelDomain, nodes: tuple[Node, ...]) -> AttentionLayout:
     """The layout of an attention kernel's nodes in its domain."""
-    match = match_kernel(nodes)
+    match = ATTENTION.match_kernel(nodes)
     at = domain.index
     core = frozenset(at(n) for n in (match.max, match.sub, match.exp, match.sum, match.div, match.pv))
     (kv,) = domain.loops_of_kind(REDUCTION)
     return AttentionLayout(match, core, tuple(i for i in range(len(domain.nodes)) if i not in core), kv,
                            at(match.max), at(match.pv))
-
-
-def match_kernel(nodes: tuple[Node, ...]) -> AttentionMatch:
-    """The attention match of a kernel marked kind="attention" (its last P @ V matmul)."""
-    for node in reversed(nodes):
-        found = match_attention(node)
-        if isinstance(found, AttentionMatch):
-            if set(found.nodes) != set(nodes):
-                raise ValueError("attention kernel holds nodes outside its pattern")
-            return found
-    raise ValueError("kernel of kind attention holds no attention pattern")

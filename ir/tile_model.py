@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilegraph.ir.domain import Access, KernelDomain
 from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.target import Target
-
-from ..fusion.domain import Access, KernelDomain
+from tilegraph.ir.templates import KernelTemplate
 
 
 @dataclass(frozen=True)
@@ -145,33 +145,27 @@ def compulsory_bytes(domain: KernelDomain) -> int:
 @dataclass(frozen=True)
 class LowerBound:
     bytes: int
-    source: str  # "compulsory", "hong-kung", "attention"
+    source: str  # "compulsory", "hong-kung", or the name of a kernel template (its own bound)
 
 
-def lower_bound(domain: KernelDomain, kind: str, target: Target) -> LowerBound:
-    """The larger of compulsory traffic and the red-blue pebble bound of the kernel's main loop nest.
+def lower_bound(domain: KernelDomain, template: KernelTemplate | None, target: Target) -> LowerBound:
+    """The larger of compulsory traffic and the I/O bound of the kernel's main loop nest.
 
-    Contraction/window: Hong-Kung, 2 * points / sqrt(S) words for S words on chip (for matmul
-    2MNK/sqrt(S)). Attention: L * S * d * e / M words (the FlashAttention I/O bound N^2 d^2 / M,
-    constant 1), batch included.
+    A template kernel takes its template's bound (attention: FlashAttention's). Otherwise each
+    contraction/window gives Hong-Kung's red-blue pebble bound, 2 * points / sqrt(S) words for S
+    words on chip (for matmul 2MNK/sqrt(S)).
     """
-    compulsory = compulsory_bytes(domain)
-    best = LowerBound(compulsory, "compulsory")
+    best = LowerBound(compulsory_bytes(domain), "compulsory")
+    if template is not None:
+        bound = template.lower_bound(domain, target.onchip_bytes) if template.lower_bound else None
+        return LowerBound(int(bound), template.name) if bound is not None and bound > best.bytes else best
     for i, node in enumerate(domain.nodes):
         space = domain.spaces[i]
-        if space is None:
+        if space is None or node.opdef.category not in (CONTRACTION, WINDOW):
             continue
         itemsize = node.results[0].type.dtype.itemsize
         words = target.onchip_bytes / itemsize
-        if kind == "attention":
-            if node.op in ("matmul", "batch_matmul") and i == len(domain.nodes) - 1:
-                qk = next(n for n in domain.nodes if n.op in ("matmul", "batch_matmul"))
-                d = qk.inputs[0].type.shape[-1]
-                bound = space.points * d / words * itemsize
-                if bound > best.bytes:
-                    best = LowerBound(int(bound), "attention")
-        elif node.opdef.category in (CONTRACTION, WINDOW):
-            bound = 2 * space.points / math.sqrt(words) * itemsize
-            if bound > best.bytes:
-                best = LowerBound(int(bound), "hong-kung")
+        bound = 2 * space.points / math.sqrt(words) * itemsize
+        if bound > best.bytes:
+            best = LowerBound(int(bound), "hong-kung")
     return best
