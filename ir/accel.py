@@ -22,8 +22,9 @@ such an accelerator from a SCALE-Sim config; preset `scalesim-calc`):
   of K over the rows writes its partial sums to DRAM (as SCALE-Sim does) instead of accumulating
   on chip: an array kernel writes its result ceil(K / pe_rows) times.
 
-Presets live as TOML files in `ir/accels/*.toml` and load by name (`load_accel("edge-npu")`) or
-by path; TOML tables (`[array]`, `[memory]`, ...) are only for reading, every key is one field.
+An Accelerator is the simulator's view of a device with a PE array in the hardware description
+(`ir/hardware.py`): `load_accel("edge-npu")` by preset name or path. Older flat accelerator files
+(TOML tables only for reading, every key one field) still load.
 """
 from __future__ import annotations
 
@@ -32,10 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TilegraphError
-from .presets import from_flat_toml, preset_names, read_preset
+from .presets import from_flat_toml
 from .target import Target
 
-PRESET_DIR = Path(__file__).parent / "accels"
 DATAFLOWS = ("ws", "os", "is")
 DRAM_MODELS = ("dma", "calc")
 
@@ -136,14 +136,19 @@ def accel_from_dict(data: dict[str, Any], default_name: str = "accel") -> Accele
 
 
 def accel_presets() -> list[str]:
-    """Names of the shipped accelerator presets."""
-    return preset_names(PRESET_DIR)
+    """Names of the shipped hardware presets with a PE array."""
+    from .hardware import preset_names
+
+    return preset_names("accelerator")
 
 
 def load_accel(name_or_path: str | Path | Accelerator) -> Accelerator:
-    """A preset by name (`edge-npu`, `tpu-like`, `scalesim-default`, `scalesim-calc`), a TOML file by path,
-    or as is."""
+    """A device's simulator view (`ir/hardware.py`: it needs a PE array) by preset name (`edge-npu`,
+    `tpu-like`, `scalesim-default`, `scalesim-calc`, ...) or .toml path; an older flat accelerator
+    file still loads; an Accelerator is returned as is."""
     if isinstance(name_or_path, Accelerator):
         return name_or_path
-    data, name = read_preset(name_or_path, PRESET_DIR, AccelError, "accelerator")
-    return accel_from_dict(data, name)
+    from .hardware import device_view, load_view
+
+    return load_view(name_or_path, "accelerator", device_view("accelerator", lambda d: d.accelerator()),
+                     accel_from_dict, AccelError)

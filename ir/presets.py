@@ -1,12 +1,11 @@
-"""Hardware descriptions as flat dataclasses, read from TOML presets by name or by path.
+"""The older flat preset format of targets and accelerators, still read from files given by path.
 
-Targets (tiling), accelerators (the simulator) and their presets share this: TOML tables are only
-grouping, so `[memory] onchip_bytes = ...` and a top-level `onchip_bytes = ...` mean the same field.
+TOML tables are only grouping, so `[memory] onchip_bytes = ...` and a top-level `onchip_bytes = ...`
+mean the same field. Shipped presets are in the hardware format (`ir/hardware.py`).
 """
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,24 +43,3 @@ def from_flat_toml(cls: type[T], data: dict[str, Any], default_name: str, error:
         if expected == "float":
             flat[name] = float(value)
     return cls(**flat)
-
-
-def preset_names(preset_dir: Path) -> list[str]:
-    return sorted(p.stem for p in preset_dir.glob("*.toml"))
-
-
-def read_preset(name_or_path: str | Path, preset_dir: Path, error: type[TilegraphError],
-                what: str) -> tuple[dict[str, Any], str]:
-    """The TOML data of a preset by name or a file by path, and the name it goes by."""
-    path = Path(name_or_path)
-    if path.suffix != ".toml" and not path.exists():
-        path = preset_dir / f"{name_or_path}.toml"
-        if not path.exists():
-            raise error(f"unknown {what} {str(name_or_path)!r}; presets: {', '.join(preset_names(preset_dir))} "
-                        "(or give the path of a .toml file)")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), path.stem
-    except FileNotFoundError:
-        raise error(f"{path}: no such {what} file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise error(f"{path}: {e}") from None

@@ -8,13 +8,12 @@ kinds (op categories) it can run, and per-kind efficiencies; a kernel's time on 
 A `Link` joins two or more devices (a PCIe lane, NVLink, an on-chip bus) with a bandwidth and a
 latency; a transfer of n bytes takes `latency + n / bandwidth` and holds the link for that time.
 A duplex link between two devices is two independent channels, one per direction; a bus is one
-channel shared by all its devices. Presets live as TOML files next to this module
-(`ir/systems/*.toml`) and load by name (`load_system("cpu-gpu-npu")`) or by path.
+channel shared by all its devices. Systems are the placement view of the hardware description
+(`ir/hardware.py`): `load_system("cpu-gpu-npu")` by preset name or path.
 """
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -25,7 +24,6 @@ from .errors import TilegraphError
 from .types import DType
 from .units import format_bytes, format_seconds
 
-PRESET_DIR = Path(__file__).parent / "systems"
 
 # Op categories, strongest first: a fused kernel's efficiency is that of its strongest category.
 KIND_ORDER = ("contraction", "window", "reduction", "composite", "elementwise", "layout", "source")
@@ -262,7 +260,7 @@ def _device_from(data: Mapping[str, Any]) -> Device:
                   parse_quantity(data.get("launch_overhead", 0.0), f"{where}.launch_overhead", "s"))
 
 
-def _link_from(data: Mapping[str, Any]) -> Link:
+def link_from_dict(data: Mapping[str, Any]) -> Link:
     name = str(data.get("name", ""))
     if not name:
         raise SystemSpecError("a link has no name")
@@ -277,30 +275,24 @@ def _link_from(data: Mapping[str, Any]) -> Link:
 
 def system_from_dict(data: Mapping[str, Any], default_name: str = "system") -> System:
     devices = tuple(_device_from(d) for d in data.get("devices", ()))
-    links = tuple(_link_from(l) for l in data.get("links", ()))
+    links = tuple(link_from_dict(l) for l in data.get("links", ()))
     home = str(data.get("home", devices[0].name if devices else ""))
     return System(str(data.get("name", default_name)), devices, links, home, str(data.get("description", "")))
 
 
 def presets() -> list[str]:
-    """Names of the shipped system presets."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+    """Names of the shipped hardware presets (a device alone is a system of one)."""
+    from .hardware import preset_names
+
+    return preset_names("system")
 
 
 def load_system(name_or_path: str | Path) -> System:
-    """A preset by name (`cpu-gpu-npu`) or a TOML file by path."""
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        path = PRESET_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            raise SystemSpecError(f"unknown system {name_or_path!r}; presets: {', '.join(presets())}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise SystemSpecError(f"{path}: no such system file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SystemSpecError(f"{path}: {e}") from None
-    return system_from_dict(data, path.stem)
+    """A system's placement view (`ir/hardware.py`) by preset name (`cpu-gpu-npu`) or .toml path; a
+    device preset is a system of one; an older system file (flat device tables) still loads."""
+    from .hardware import load_view, system_view
+
+    return load_view(name_or_path, "system", system_view, system_from_dict, SystemSpecError)
 
 
 def _fmt(value: float, unit: str) -> str:

@@ -5,10 +5,9 @@ L2 share of a CPU core, a GPU block's shared memory, an accelerator's scratchpad
 target double-buffers (then every off-chip tile is held twice, one being loaded while the other is
 used), the transfer granularity (`line_bytes`: a cache line, a GPU memory transaction, a DMA burst),
 how many tiles it runs at once (`parallel_units`), and the kind-specific sizes (cache levels,
-shared memory and threads per block, PE array) that describe the machine. Presets live as TOML
-files next to this module (`ir/targets/*.toml`) and load by name (`load_target("accel-small")`)
-or by path. A TOML file may group keys in tables (`[memory]`, `[cpu]`, ...); table names are only
-for reading, every key is one field below.
+shared memory and threads per block, PE array) that describe the machine. A Target is the tiling
+view of a device of the hardware description (`ir/hardware.py`): `load_target("accel-small")`
+by preset name or path. Older flat target files (keys grouped in tables only for reading) still load.
 """
 from __future__ import annotations
 
@@ -17,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TilegraphError
-from .presets import from_flat_toml, preset_names, read_preset
+from .presets import from_flat_toml
 from .units import format_bytes
 
-PRESET_DIR = Path(__file__).parent / "targets"
 KINDS = ("cpu", "gpu", "accelerator")
 
 
@@ -85,16 +83,21 @@ def target_from_dict(data: dict[str, Any], default_name: str = "target") -> Targ
 
 
 def presets() -> list[str]:
-    """Names of the shipped presets."""
-    return preset_names(PRESET_DIR)
+    """Names of the shipped hardware presets that are devices (every device can be tiled for)."""
+    from .hardware import preset_names
+
+    return preset_names("target")
 
 
 def load_target(name_or_path: str | Path | Target) -> Target:
-    """A preset by name (`cpu`, `accel-small`, ...), a TOML file by path, or a Target as is."""
+    """A device's tiling view (`ir/hardware.py`) by preset name (`cpu`, `accel-small`, `edge-npu`, ...)
+    or .toml path; an older flat target file still loads; a Target is returned as is."""
     if isinstance(name_or_path, Target):
         return name_or_path
-    data, name = read_preset(name_or_path, PRESET_DIR, TargetError, "target")
-    return target_from_dict(data, name)
+    from .hardware import device_view, load_view
+
+    return load_view(name_or_path, "target", device_view("target", lambda d: d.target()), target_from_dict,
+                     TargetError)
 
 
 # ----- program text: the `target { ... }` section (registered in program_text) -----------------

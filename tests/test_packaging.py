@@ -49,7 +49,7 @@ def test_wheel_contains_every_grammar_and_preset(tmp_path):
     (wheel,) = (tmp_path / "wheel").glob("tilegraph-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = package_data_files()
-    assert any(name.endswith("accels/edge-npu.toml") for name in expected)
+    assert any(name.endswith("hardware_presets/edge-npu.toml") for name in expected)
     assert [name for name in expected if name not in names] == []
     # the folders are installed under tilegraph.*, never as top-level packages of their own
     assert not any(name.split("/")[0] in ("ir", "frontends", "passes", "backends") for name in names)

@@ -51,7 +51,7 @@ def test_presets_load_by_name_and_path(tmp_path):
 
 
 def test_target_errors_are_clear(tmp_path):
-    with pytest.raises(TargetError, match="unknown target 'tpu'; presets: accel-large, accel-small, cpu, gpu-h100"):
+    with pytest.raises(TargetError, match="unknown target 'tpu'; presets: accel-large, accel-small, cpu, edge-npu, gpu-h100, "):
         load_target("tpu")
     bad = tmp_path / "bad.toml"
     bad.write_text('kind = "cpu"\nonchip_bytes = 1024\nscratch = 3\n')
