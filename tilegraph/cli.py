@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import numpy as np
 import typer
+from typer.core import TyperCommand
 
+from tilegraph.backends.base import backends, get_backend, with_capability
 from tilegraph.ir import TilegraphError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -16,6 +18,31 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 ModelFile = Annotated[Path, typer.Argument(help="model file: .tg (DSL) or .tgir (IR text)", show_default=False)]
 Entry = Annotated[Optional[str], typer.Option(help="function to compile in a .tg file (default: main, else the last)")]
+
+
+def _registry_words() -> dict[str, str]:
+    """What the help placeholders stand for, read from the backend registry and the target presets."""
+    from tilegraph.ir.target import presets
+
+    described = {b.name: f"{b.name} ({b.summary})" for b in backends()}
+    return {"{backends}": ", ".join(described.values()),
+            "{compiled}": ", ".join(text for name, text in described.items() if name != "reference"),
+            "{presets}": ", ".join(presets()),
+            "{source}": ", ".join(with_capability("source")),
+            "{aot}": " or ".join(with_capability("aot"))}
+
+
+class RegistryHelpCommand(TyperCommand):
+    """A command whose option help may say {backends}, {compiled}, {presets}, {source} or {aot}: filled
+    in whenever the app builds the command, so a backend registered after import is listed too."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        words = _registry_words()
+        for param in self.params:
+            for placeholder, text in words.items():
+                if getattr(param, "help", None):  # options have help; click arguments have none
+                    param.help = param.help.replace(placeholder, text)
 
 
 @app.callback()
@@ -35,11 +62,11 @@ def check(model: ModelFile, entry: Entry = None) -> None:
     typer.echo("\n".join(GraphSummary.of(graph).lines()))
 
 
-@app.command()
+@app.command(cls=RegistryHelpCommand)
 def run(
     model: ModelFile,
     backend: Annotated[str, typer.Option(help="reference (the numpy oracle, op by op), or a compiled backend: "
-                                         "cpp, sycl, triton")] = "reference",
+                                         "{compiled}")] = "reference",
     inputs: Annotated[Optional[Path], typer.Option(help=".npz with one array per graph input, by name")] = None,
     params: Annotated[Optional[Path], typer.Option(help=".npz with parameter values, by name")] = None,
     seed: Annotated[int, typer.Option(help="seed for random inputs and parameters not given")] = 0,
@@ -51,6 +78,8 @@ def run(
     from tilegraph.ir.verifier import verify
     from tilegraph.loading import load_graph, load_npz
 
+    if backend != "reference":
+        get_backend(backend)  # an unknown name fails before any work
     graph = load_graph(model, entry)
     verify(graph)
     args = load_npz(inputs, "inputs") if inputs else reference.random_inputs(graph, seed)
@@ -71,15 +100,14 @@ def run(
         typer.echo(f"wrote {output}")
 
 
-@app.command(name="compile")
+@app.command(name="compile", cls=RegistryHelpCommand)
 def compile_command(
     model: ModelFile,
-    target: Annotated[str, typer.Option(help="a backend to build for (cpp, sycl, triton, reference), or a tiling "
-                                        "preset (cpu, accel-small, accel-large, gpu-h100) to stop at the Program")
-                      ] = "accel-small",
+    target: Annotated[str, typer.Option(help="a backend to build for: {backends}; or a tiling preset "
+                                        "({presets}) to stop at the Program")] = "accel-small",
     pipeline: Annotated[Optional[str], typer.Option(help="pass pipeline, e.g. 'canonicalize,fuse,tile{target=cpu}'")] = None,
     emit: Annotated[str, typer.Option(help="what to print: report (decisions), tgir (the Program), source "
-                                      "(generated code; needs a backend target)")] = "report",
+                                      "(generated code of {source})")] = "report",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the Program's .tgir here; with a "
                                                    "backend target, a directory for it and the built files")] = None,
     explain_fusion: Annotated[bool, typer.Option(help="print every fusion decision with its reason")] = False,
@@ -87,31 +115,36 @@ def compile_command(
     print_ir_after: Annotated[Optional[list[str]], typer.Option(help="print the IR after this pass (repeatable)")] = None,
     dump_dir: Annotated[Optional[Path], typer.Option(help="write NN_pass.tgir after each pass that changed the IR")] = None,
     time_passes: Annotated[bool, typer.Option(help="print a per-pass timing table (stderr)")] = False,
-    aot_arch: Annotated[Optional[int], typer.Option(help="with --target triton: also compile every kernel for "
+    aot_arch: Annotated[Optional[int], typer.Option(help="with --target {aot}: also compile every kernel for "
                                                     "CUDA sm_ARCH (e.g. 90; no GPU needed) and report its shared "
                                                     "memory, registers and spills")] = None,
     entry: Entry = None,
 ) -> None:
     """Compile a model through the pass pipeline; print what was decided, the Program or the code."""
-    from tilegraph.compiler import BACKENDS, backend_module, build_program
+    from tilegraph.compiler import build_program
     from tilegraph.driver import compile_program, load_program
     from tilegraph.ir.program_text import print_program
     from tilegraph.report import program_report
 
     if emit not in ("report", "tgir", "source"):
         raise TilegraphError(f"unknown --emit {emit!r}; choose report, tgir or source")
-    backend = target if target in BACKENDS else None
+    backend = next((b for b in backends() if b.name == target), None)  # else a tiling preset
+    if backend is None:
+        check_tiling_target(target)
+    sources = ", ".join(with_capability("source"))
     if emit == "source" and backend is None:
-        raise TilegraphError(f"--emit source needs a backend target ({', '.join(BACKENDS)}), not {target!r}")
-    if aot_arch is not None and backend != "triton":
-        raise TilegraphError(f"--aot-arch applies to --target triton, not {target!r}")
-    tile_target = backend_module(backend).TILE_TARGET if backend else target
+        raise TilegraphError(f"--emit source needs a backend target ({sources}), not {target!r}")
+    if emit == "source" and "source" not in backend.capabilities:
+        raise TilegraphError(f"backend {target} generates no source; --emit source applies to {sources}")
+    if aot_arch is not None and (backend is None or "aot" not in backend.capabilities):
+        raise TilegraphError(f"--aot-arch applies to --target {' or '.join(with_capability('aot'))}, not {target!r}")
+    tile_target = backend.tile_target if backend else target
     program, _ = compile_program(
         load_program(model, entry), pipeline, tile_target,
         print_ir_after="all" if print_ir_after_all else set(print_ir_after or ()),
         dump_dir=dump_dir, time_passes=time_passes)
     options = {} if aot_arch is None else {"aot_arch": aot_arch}
-    compiled = build_program(program, backend, **options) if backend else None
+    compiled = build_program(program, backend.name, **options) if backend else None
     text = print_program(program)
     if output is not None:
         written = [output] if compiled is None else [output / "program.tgir", *compiled.write(output)]
@@ -121,13 +154,26 @@ def compile_command(
     if emit == "tgir":
         typer.echo(text)
     elif emit == "source":
-        if not compiled.source:
-            raise TilegraphError(f"backend {backend} generates no source; --emit source applies to cpp, sycl, triton")
         typer.echo(compiled.source)
     else:
         report = program_report(program, explain_fusion=explain_fusion)
         extra = compiled.backend_report() if compiled is not None else ""
-        typer.echo(report + (f"\nbackend {backend}:\n{extra}" if extra else ""))
+        typer.echo(report + (f"\nbackend {backend.name}:\n{extra}" if extra else ""))
+
+
+def check_tiling_target(target: str) -> None:
+    """A --target that is no backend must name a tiling preset or a .toml file; else say what would do."""
+    import difflib
+
+    from tilegraph.ir.target import presets
+
+    if target in presets() or Path(target).suffix == ".toml" or Path(target).exists():
+        return
+    names = [b.name for b in backends()]
+    close = difflib.get_close_matches(target, names + presets(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise TilegraphError(f"unknown --target {target!r}{hint}; choose a backend ({', '.join(names)}) or a tiling "
+                         f"preset ({', '.join(presets())})")
 
 
 @app.command(name="import-torch")

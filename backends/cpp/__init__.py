@@ -24,9 +24,6 @@ from .names import mangle
 from .runtime import NativeProgram
 from .source import Generated, generate
 
-TILE_TARGET = "cpu"
-
-
 def generate_source(program: Program, micro: MicroKernel | None = None) -> str:
     """The C++ source of a scheduled Program (deterministic: same Program, same text)."""
     return generate(program, Dialect(), micro or MicroKernel()).source
@@ -59,5 +56,5 @@ def write_build(compiled: NativeProgram, directory: str | Path) -> list[Path]:
     return paths
 
 
-__all__ = ["TILE_TARGET", "build", "write_build", "generate_source", "NativeProgram", "MicroKernel", "BuildError",
+__all__ = ["build", "write_build", "generate_source", "NativeProgram", "MicroKernel", "BuildError",
            "Generated"]

@@ -5,13 +5,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tilegraph.compiler import CompiledProgram
+from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir.program import Program
 
 from .tiled import run_program
-
-TILE_TARGET = "accel-small"
-
 
 class TiledReferenceProgram(CompiledProgram):
     """Runs the Program kernel by kernel and tile by tile with numpy: slow, exact, no build step."""

@@ -5,8 +5,9 @@ executor, cycles from the simulator.
     y, = fn(x)                       # the tiled reference executor
     print(format_sim_report(fn.simulate()))
 
-The driver's default pipeline tiles for `TILE_TARGET` (accel-small: the edge NPU's 256 KiB
-double-buffered scratchpad); `simulate()` adds the memory plan for the accelerator and runs it.
+The default pipeline tiles for the `tile_target` of its registry entry (accel-small: the edge
+NPU's 256 KiB double-buffered scratchpad); `simulate()` adds the memory plan for the accelerator
+and runs it.
 """
 from __future__ import annotations
 
@@ -15,15 +16,12 @@ from functools import cached_property
 
 import numpy as np
 
-from tilegraph.compiler import CompiledProgram
+from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir.accel import load_accel
 from tilegraph.ir.program import Program
 
 from .api import prepare, simulate
 from .report import SimReport, format_sim_report
-
-TILE_TARGET = "accel-small"
-
 
 class SimProgram(CompiledProgram):
     """A scheduled Program bound to an accelerator: call it for numbers, `simulate()` for cycles."""

@@ -24,7 +24,6 @@ from tilegraph.backends.cpp.runtime import NativeProgram
 from tilegraph.backends.cpp.source import generate
 from tilegraph.ir.program import Program
 
-TILE_TARGET = "cpu"
 SYCL_COMPILERS: tuple[tuple[str, tuple[str, ...]], ...] = (("icpx", ("-fsycl", "-O3")), ("acpp", ("-O3",)))
 
 
@@ -71,4 +70,4 @@ def build(program: Program, params: Mapping, *, host_include: str | Path | None 
     return SyclProgram(program, params, generated, library, info)
 
 
-__all__ = ["TILE_TARGET", "build", "generate_source", "write_build", "SyclProgram", "find_sycl_compiler"]
+__all__ = ["build", "generate_source", "write_build", "SyclProgram", "find_sycl_compiler"]

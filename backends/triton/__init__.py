@@ -25,9 +25,6 @@ from .module import GeneratedModule, generate
 from .names import mangle
 from .runtime import TritonProgram
 
-TILE_TARGET = "gpu-h100"
-
-
 def build(program: Program, params: Mapping, *, device: str | None = None, autotune: bool = True,
           aot_arch: int | None = None) -> TritonProgram:
     """Generate the module for a fused, tiled Program and bind its parameters.
@@ -48,5 +45,5 @@ def generate_source(program: Program) -> str:
     return generate(program).text
 
 
-__all__ = ["TILE_TARGET", "build", "generate_source", "TritonProgram", "GeneratedModule", "KernelSource",
+__all__ = ["build", "generate_source", "TritonProgram", "GeneratedModule", "KernelSource",
            "emit_kernel", "mangle"]

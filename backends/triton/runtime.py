@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tilegraph.compiler import CompiledProgram
+from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
