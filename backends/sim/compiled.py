@@ -20,8 +20,9 @@ from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir.accel import load_accel
 from tilegraph.ir.program import Program
 
-from .api import prepare, simulate
+from .api import simulate
 from .report import SimReport, format_sim_report
+
 
 class SimProgram(CompiledProgram):
     """A scheduled Program bound to an accelerator: call it for numbers, `simulate()` for cycles."""
@@ -43,7 +44,9 @@ class SimProgram(CompiledProgram):
 
     @cached_property
     def planned(self) -> Program:
-        """The Program with the accelerator's memory plan (computed once)."""
+        """The Program with the accelerator's memory plan (computed once, by the driver's pipeline)."""
+        from tilegraph.simulation import prepare
+
         return prepare(self.program, self.accel, time_limit=self.time_limit, solver=self.solver)
 
     def simulate(self) -> SimReport:
