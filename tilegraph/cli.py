@@ -208,6 +208,7 @@ def import_torch(
 
 
 from tilegraph import cli_plans  # noqa: E402,F401  (registers memplan and place on the app)
+from tilegraph import cli_sweep  # noqa: E402,F401  (registers sweep on the app)
 
 
 def format_error(error: TilegraphError) -> str:
