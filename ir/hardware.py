@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from .accel import DATAFLOWS, DRAM_MODELS, Accelerator
 from .errors import TilegraphError
-from .system import KIND_ORDER, Device, Link, System, SystemSpecError, parse_quantity
+from .system import KIND_ORDER, Device, Link, System, SystemSpecError, link_from_dict, parse_quantity
 from .target import KINDS as DEVICE_KINDS
 from .target import Target
 from .types import DType
@@ -306,8 +306,6 @@ def _device_from_dict(data: Mapping[str, Any], name: str) -> DeviceSpec:
 
 def system_spec_from_dict(data: Mapping[str, Any], default_name: str = "system") -> SystemSpec:
     """A SystemSpec from the TOML of a system preset: `[[devices]]` in the device format, `[[links]]`."""
-    from .system import link_from_dict
-
     devices = tuple(device_from_dict(d) for d in data.get("devices", ()))
     links = tuple(link_from_dict(l) for l in data.get("links", ()))
     home = str(data.get("home", devices[0].name if devices else ""))
