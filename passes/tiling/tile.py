@@ -1,6 +1,6 @@
 """The tile pass: tile sizes for every kernel's loops from the target's on-chip budget.
 
-Per kernel: its loop domain (`fusion.kernel_domain_of`), then `search.search` for the fitting
+Per kernel: its loop domain (`Kernel.domain`), then `search.search` for the fitting
 tiling with least traffic. A kernel whose smallest tile does not fit keeps whole rows on chip
 (full loops: a persistent softmax/normalisation row), or whose whole rows cost more traffic than
 streaming them, is split into several kernels at its reduction boundaries, each of which then
