@@ -61,6 +61,13 @@ def test_memplan_prints_traffic_bound_and_a_checked_plan(capsys, tmp_path):
     assert "checked: valid" in out and plot.stat().st_size > 1000
 
 
+def test_memplan_min_footprint_reports_the_arena_beside_the_framework_order(capsys):
+    code, out, _ = cli(capsys, "memplan", BLOCK, "--min-footprint", "--weights", "--time-limit", "2")
+    assert code == 0, out
+    assert "minimum footprint: 450.00 KiB arena with no spill" in out
+    assert "framework order: peak live 450.00 KiB, greedy-by-size arena 450.00 KiB" in out and "checked: valid" in out
+
+
 def test_memplan_below_the_largest_working_set_names_the_kernel(capsys):
     code, _, err = cli(capsys, "memplan", BLOCK, "--capacity", "200KiB", "--weights")
     assert code == 2

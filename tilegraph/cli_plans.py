@@ -55,6 +55,8 @@ def memplan(
     time_limit: Annotated[float, typer.Option(min=0.0, help="seconds for the exact solvers")] = 10.0,
     solver: Annotated[str, typer.Option(help="auto (heuristic, then CP-SAT), heuristic, cpsat")] = "auto",
     plot: Annotated[Optional[Path], typer.Option(help="draw the memory map (address against step) to this image")] = None,
+    min_footprint: Annotated[bool, typer.Option("--min-footprint", help="instead: the smallest arena with no "
+                                                "spill (order and addresses together; --capacity is ignored)")] = False,
     entry: Entry = None,
 ) -> None:
     """Plan the scratchpad: kernel order, tensor addresses and spills/reloads, with a proven bound."""
@@ -62,12 +64,23 @@ def memplan(
     from tilegraph.passes.memplan import (Options, SolverConfig, check_plan, format_report, from_program,
                                           plan_memory, plot_memory_map)
 
+    program = fused_program(model, entry)
+    problem = from_program(program, weights=weights)
+    if min_footprint:
+        from tilegraph.passes.memplan.footprint import format_footprint
+        from tilegraph.passes.memplan.footprint import min_footprint as smallest
+
+        with progress_line(f"minimum footprint of {len(program.kernels)} kernels"):
+            found = smallest(problem, time_limit=time_limit)
+        check_plan(problem, found.plan)
+        typer.echo(format_footprint(found))
+        typer.echo("  checked: valid (no spill, residency at use, no overlap, fixed addresses)")
+        _plot(plot_memory_map, plot, found.plan)
+        return
     try:
         size = parse_bytes(capacity)
     except ValueError as error:
         raise TilegraphError(f"--capacity: {error}") from None
-    program = fused_program(model, entry)
-    problem = from_program(program, weights=weights)
     with progress_line(f"memplan of {len(program.kernels)} kernels") as show:
         plan = plan_memory(problem, size, order=order, weights=weights, time_limit=time_limit, solver=solver,
                            progress=lambda p: show(str(p)),
