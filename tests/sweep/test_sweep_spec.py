@@ -82,6 +82,10 @@ def test_the_content_hash_follows_model_text_and_point_but_not_names(tmp_path, m
     assert set(keys) == {t.key for t in load_spec(write(tmp_path, reordered)).tasks()}
     other_base = load_spec(write(tmp_path, EXAMPLE.replace("edge-npu", "tpu-like")))
     assert not set(keys) & {t.key for t in other_base.tasks()}
+    # a value equal to the base's is the base: edge-npu has 16 rows
+    plain = '[sweep]\nmodels = ["examples/mlp.tg"]\naccelerator = "edge-npu"\n'
+    assert (load_spec(write(tmp_path, plain)).tasks()[0].key
+            == load_spec(write(tmp_path, plain + "[axes]\npe_rows = [16]\n")).tasks()[0].key)
 
 
 BAD = [

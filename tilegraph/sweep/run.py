@@ -83,7 +83,8 @@ def default_workers() -> int:
 
 def pool_executor(workers: int | None = None) -> Executor:
     """Tasks on a local process pool of `workers` processes (default: the CPUs). Workers come from a
-    fork server, so a progress bar's thread in this process never forks mid-lock."""
+    fork server, so a progress bar's thread in this process never forks mid-lock; as with any such
+    pool, a script that calls this needs the `if __name__ == "__main__":` guard."""
     def execute(tasks: Sequence[PointTask]) -> Iterator[Row]:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed

@@ -164,17 +164,23 @@ class SweepSpec:
 
     def tasks(self) -> tuple[PointTask, ...]:
         """Every (model, point) pair, models in spec order, then points."""
-        return tuple(PointTask(m, p, self.accelerator, self.memplan, point_key(m, p, self.accelerator, self.memplan))
-                     for m in self.models for p in self.points())
+        points = self.points()
+        tasks = []
+        for model in self.models:
+            for point in points:
+                task = PointTask(model, point, self.accelerator, self.memplan, "")
+                tasks.append(dataclasses.replace(task, key=point_key(model, task.accelerator(), task.settings())))
+        return tuple(tasks)
 
 
-def point_key(model: Model, point: Point, base: Accelerator, memplan: MemplanSettings) -> str:
-    """The content hash of a (model, point): model text and kind, the point's full accelerator and memplan
-    settings, and the tilegraph version. Equal keys give equal results, so resume reuses them."""
+def point_key(model: Model, accel: Accelerator, settings: MemplanSettings) -> str:
+    """The content hash of a (model, point): the model's text and kind, the point's whole accelerator and
+    memplan settings (so an axis value equal to the base's hashes as the base), and the tilegraph version.
+    Equal keys give equal results, so resume reuses them."""
     from tilegraph import __version__
 
-    content = {"model": model.text, "suffix": model.suffix, "accelerator": dataclasses.asdict(base),
-               "memplan": dataclasses.asdict(memplan), "point": dict(point.params), "version": __version__}
+    content = {"model": model.text, "suffix": model.suffix, "accelerator": dataclasses.asdict(accel),
+               "memplan": dataclasses.asdict(settings), "version": __version__}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
