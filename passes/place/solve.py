@@ -32,7 +32,7 @@ from .heuristics import assigned, cpop, heft, memory_binds, metf, mtopo, peft, p
 from .listsched import Stuck, list_schedule
 from .lns import windowed_lns
 from .local import improve
-from .lp import lp_bound, round_assignments, solve_lp
+from .lp import LPResult, lp_bound, round_assignments, solve_lp
 from .problem import PlacementProblem, Schedule
 
 METHODS = ("auto", "cpsat", "local", "lns", "heft", "cpop", "peft", "metf", "mtopo", "lp", "portfolio")
@@ -112,144 +112,212 @@ def local_decode_seconds(pb: PlacementProblem) -> float:
     return _cost(pb, DECODE_COST)
 
 
+@dataclass
+class _Run:
+    """One call of `solve`: its problem, options and clock, the lower bound the stages report against,
+    and what each stage took and made (mutable: every stage adds to it)."""
+
+    pb: PlacementProblem
+    options: SolveOptions
+    progress: Progress | None
+    t0: float  # time.monotonic() at the start
+    limit: float  # seconds for the whole call
+    lower: int = 0  # the best lower bound of the bounds stage
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage
+    makespans: dict[str, int | None] = field(default_factory=dict)  # per method tried
+    wall_guard: bool = False  # a wall-clock guard ended some stage: the result may vary between runs
+
+    def left(self) -> float:
+        """Seconds left of the limit."""
+        return self.limit - (time.monotonic() - self.t0)
+
+    def report(self, stage: str, sched: Schedule | None) -> None:
+        """Record a stage's makespan (None: it found nothing) and pass a schedule on to `progress`."""
+        self.makespans[stage] = sched.makespan if sched is not None else None
+        if sched is not None and self.progress is not None:
+            self.progress(stage, sched.makespan, self.lower, time.monotonic() - self.t0)
+
+
+@dataclass(frozen=True)
+class _Exact:
+    """What the exact stage learnt besides its schedule: whether that is proven optimal, and CP-SAT's
+    lower bound (0: none, or the stage did not run)."""
+
+    optimal: bool = False
+    bound: int = 0
+
+
 def solve(pb: PlacementProblem, options: SolveOptions = SolveOptions(), progress: Progress | None = None) -> Outcome:
     """Place `pb` within `options.time_limit` seconds (see the module docstring)."""
     if options.method not in METHODS:
         raise PlacementError(f"unknown placement method {options.method!r}; methods: {', '.join(METHODS)}")
-    t0 = time.monotonic()
-    limit = max(0.1, float(options.time_limit))
-
-    def left() -> float:
-        return limit - (time.monotonic() - t0)
-
+    run = _Run(pb, options, progress, time.monotonic(), max(0.1, float(options.time_limit)))
     pb.check_memory_feasible()
-    seconds: dict[str, float] = {}
-    makespans: dict[str, int | None] = {}
-    notes: list[str] = []
+    bounds, lp = _bounds(run)
+    run.lower = max(bounds.values())
+    best = _heuristics(run, lp)
+    exact_size = pb.n <= options.exact_max_tasks
+    if options.method == "auto" and run.left() > 0 and not (best is not None and best.makespan <= run.lower):
+        best = _grasp(run, best, exact_size)
+    if options.method in ("auto", "local") and best is not None and run.left() > 0:
+        best = _local(run, best, exact_size)
+    if options.method == "lns" and best is not None and run.left() > 0.5:
+        best = _lns(run, best)
+    exact = _Exact()
+    run_exact = options.method == "cpsat" or (options.method == "auto" and exact_size)
+    if run_exact and run.left() > 0.05 and not (best is not None and best.makespan <= run.lower):
+        best, exact = _exact(run, best)
+    if best is None:
+        raise _memory_error(pb, f"no placement that fits in memory was found within {run.limit:g} s")
+    return _outcome(run, best, bounds, exact)
 
-    # ----- bounds ------------------------------------------------------------------------------
+
+def _bounds(run: _Run) -> tuple[dict[str, int], LPResult | None]:
+    """The path and LP lower bounds; the LP relaxation also seeds the LP-rounding heuristic."""
+    pb = run.pb
     t = time.monotonic()
     bounds = {"path": max(path_bound(pb), fastest_path_bound(pb))}
-    lp = solve_lp(pb, time_limit=min(0.15 * limit, 20.0))
+    lp = solve_lp(pb, time_limit=min(0.15 * run.limit, 20.0))
     bounds["lp"] = lp_bound(lp)
-    seconds["bounds"] = time.monotonic() - t
-    lower = max(bounds.values())
+    run.seconds["bounds"] = time.monotonic() - t
+    return bounds, lp
 
-    def report(stage: str, sched: Schedule | None) -> None:
-        makespans[stage] = sched.makespan if sched is not None else None
-        if sched is not None and progress is not None:
-            progress(stage, sched.makespan, lower, time.monotonic() - t0)
 
-    # ----- heuristics ----------------------------------------------------------------------------
-    binds = memory_binds(pb)
-
-    def either(fn):  # with binding memory, also try streaming parameters from roomy devices
-        def run():
-            found = [s for s in (fn(pb), fn(pb, stream=True) if binds else None) if s is not None]
-            return min(found, key=lambda s: s.makespan) if found else None
-        return run
-
-    def portfolio():  # our own list-scheduling variants: priorities x look-ahead / thrifty choices
-        variants = portfolio_variants()
-        # as many as fit in a tenth of the time limit (a deterministic count: estimated cost)
-        count = max(4, int(0.1 * limit / (sample_seconds(pb) * (2 if binds else 1))))
-        found = []
-        for prio, choice in variants[:count]:
-            found += [s for s in (variant(pb, prio, choice), variant(pb, prio, choice, stream=True) if binds else None)
-                      if s is not None]
-        return min(found, key=lambda s: s.makespan) if found else None
-
-    heuristics: dict[str, Callable[[], Schedule | None]] = {
-        "heft": either(heft), "cpop": lambda: cpop(pb), "peft": either(peft), "metf": lambda: metf(pb),
-        "mtopo": either(mtopo), "lp": lambda: _lp_rounding(pb, lp, options.seed), "portfolio": portfolio,
-    }
+def _heuristics(run: _Run, lp: LPResult | None) -> Schedule | None:
+    """Every heuristic (or the one method asked for), each timed, checked and reported; the best
+    schedule among them, None if none fits in memory."""
+    pb, options = run.pb, run.options
+    heuristics = _heuristic_table(pb, lp, options.seed, run.limit)
     wanted = list(heuristics) if options.method in ("auto", "cpsat", "local", "lns") else [options.method]
     candidates: list[Schedule] = []
     for name in wanted:
         t = time.monotonic()
         sched = heuristics[name]()
-        seconds[name] = time.monotonic() - t
+        run.seconds[name] = time.monotonic() - t
         if sched is not None:
             sched = sched.renamed(name)
             check_schedule(pb, sched)
             candidates.append(sched)
-        report(name, sched)
-    best = min(candidates, key=lambda s: s.makespan) if candidates else None
+        run.report(name, sched)
+    return min(candidates, key=lambda s: s.makespan) if candidates else None
 
-    # ----- improvement ---------------------------------------------------------------------------
+
+def _heuristic_table(pb: PlacementProblem, lp: LPResult | None, seed: int,
+                     limit: float) -> dict[str, Callable[[], Schedule | None]]:
+    """The heuristics by method name, in the order `auto` runs them."""
+    binds = memory_binds(pb)
+    return {
+        "heft": lambda: _with_streaming(pb, heft, binds), "cpop": lambda: cpop(pb),
+        "peft": lambda: _with_streaming(pb, peft, binds), "metf": lambda: metf(pb),
+        "mtopo": lambda: _with_streaming(pb, mtopo, binds), "lp": lambda: _lp_rounding(pb, lp, seed),
+        "portfolio": lambda: _portfolio(pb, limit, binds),
+    }
+
+
+def _with_streaming(pb: PlacementProblem, fn: Callable[..., Schedule | None], binds: bool) -> Schedule | None:
+    """`fn` on `pb`; with binding memory, also streaming parameters from roomy devices; the better."""
+    found = [s for s in (fn(pb), fn(pb, stream=True) if binds else None) if s is not None]
+    return min(found, key=lambda s: s.makespan) if found else None
+
+
+def _portfolio(pb: PlacementProblem, limit: float, binds: bool) -> Schedule | None:
+    """Our own list-scheduling variants (priorities x look-ahead / thrifty choices): as many as fit in a
+    tenth of the time limit -- a deterministic count, from their estimated cost; the best."""
+    variants = portfolio_variants()
+    count = max(4, int(0.1 * limit / (sample_seconds(pb) * (2 if binds else 1))))
+    found = []
+    for prio, choice in variants[:count]:
+        found += [s for s in (variant(pb, prio, choice), variant(pb, prio, choice, stream=True) if binds else None)
+                  if s is not None]
+    return min(found, key=lambda s: s.makespan) if found else None
+
+
+def _grasp(run: _Run, best: Schedule | None, exact_size: bool) -> Schedule | None:
+    """The randomized portfolio: half the limit on large graphs, 8% when CP-SAT follows; the sample
+    count comes from the limit, not the clock, so that it is the same on every run."""
+    pb, options = run.pb, run.options
+    share = run.limit * (0.08 if exact_size else 0.5)
+    t = time.monotonic()
+    samples = max(8, min(GRASP_MAX_SAMPLES, int(share / sample_seconds(pb))))
+    guard = min(share * 2 if options.deterministic else share, 0.8 * run.left())  # leave local search some
+    sampled = randomized_portfolio(pb, samples, seed=options.seed, lower_bound=run.lower,
+                                   stop=lambda: time.monotonic() - t > guard)
+    run.seconds["grasp"] = time.monotonic() - t
+    run.wall_guard |= run.seconds["grasp"] > guard
+    if sampled is not None:
+        check_schedule(pb, sampled)
+        run.report("grasp", sampled)
+        if best is None or sampled.makespan < best.makespan:
+            best = sampled
+    return best
+
+
+def _local(run: _Run, best: Schedule, exact_size: bool) -> Schedule:
+    """Local search over assignments from `best`, limited by a number of decodes when deterministic;
+    the better of the two."""
+    pb, options, auto = run.pb, run.options, run.options.method == "auto"
+    share = run.left() * (0.25 if auto and exact_size else 1.0)
+    # the work budget, like the sample count, from the limit: 20% with CP-SAT after it, 50% after
+    # the randomized portfolio, 85% alone
+    budget = run.limit * (0.2 if auto and exact_size else 0.5 if auto else 0.85)
+    t = time.monotonic()
+    evals = max(1, int(budget / local_decode_seconds(pb))) if options.deterministic else None
+    improved = improve(pb, best, share, seed=options.seed, progress=run.progress, max_evals=evals,
+                       lower_bound=run.lower)
+    run.seconds["local"] = time.monotonic() - t
+    run.wall_guard |= options.deterministic and run.seconds["local"] >= 0.99 * share
+    check_schedule(pb, improved)
+    run.report("local", improved)
+    return improved if improved.makespan < best.makespan else best
+
+
+def _lns(run: _Run, best: Schedule) -> Schedule:
+    """Windowed CP-SAT LNS from `best` for the rest of the time; the better of the two."""
+    pb, options = run.pb, run.options
+    t = time.monotonic()
+    improved = windowed_lns(pb, best, run.left(), lower_bound=run.lower, seed=options.seed,
+                            deterministic=options.deterministic, workers=options.workers,
+                            dtime_per_second=cpsat_dtime_rate(pb), progress=run.progress)
+    run.seconds["lns"] = time.monotonic() - t
+    check_schedule(pb, improved)
+    run.report("lns", improved)
+    return min((best, improved), key=lambda s: s.makespan)
+
+
+def _exact(run: _Run, best: Schedule | None) -> tuple[Schedule | None, _Exact]:
+    """The exact CP-SAT model for the rest of the time, warm-started from `best`; the better schedule
+    and what CP-SAT proved. Raises when it proves that nothing fits in memory and nothing was found."""
+    pb, options = run.pb, run.options
+    t = time.monotonic()
+    res = solve_cpsat(pb, run.left(), hint=best, lower_bound=run.lower, workers=options.workers,
+                      seed=options.seed, deterministic=options.deterministic, progress=run.progress,
+                      dtime_per_second=cpsat_dtime_rate(pb))
+    run.seconds["cpsat"] = time.monotonic() - t
     optimal = False
-    cp_bound = 0
-    wall_guard = False
-    exact_size = pb.n <= options.exact_max_tasks
-    if options.method == "auto" and left() > 0 and not (best is not None and best.makespan <= lower):
-        # the randomized portfolio: half the limit on large graphs, 8% when CP-SAT follows; the
-        # sample count comes from the limit, not the clock, so that it is the same on every run
-        share = limit * (0.08 if exact_size else 0.5)
-        t = time.monotonic()
-        samples = max(8, min(GRASP_MAX_SAMPLES, int(share / sample_seconds(pb))))
-        guard = min(share * 2 if options.deterministic else share, 0.8 * left())  # leave local search some
-        sampled = randomized_portfolio(pb, samples, seed=options.seed, lower_bound=lower,
-                                       stop=lambda: time.monotonic() - t > guard)
-        seconds["grasp"] = time.monotonic() - t
-        wall_guard |= seconds["grasp"] > guard
-        if sampled is not None:
-            check_schedule(pb, sampled)
-            report("grasp", sampled)
-            if best is None or sampled.makespan < best.makespan:
-                best = sampled
-    if options.method in ("auto", "local") and best is not None and left() > 0:
-        share = left() * (0.25 if options.method == "auto" and exact_size else 1.0)
-        # the work budget, like the sample count, from the limit: 20% with CP-SAT after it, 50% after
-        # the randomized portfolio, 85% alone
-        budget = limit * (0.2 if options.method == "auto" and exact_size else 0.5 if options.method == "auto"
-                          else 0.85)
-        t = time.monotonic()
-        evals = max(1, int(budget / local_decode_seconds(pb))) if options.deterministic else None
-        improved = improve(pb, best, share, seed=options.seed, progress=progress, max_evals=evals,
-                           lower_bound=lower)
-        seconds["local"] = time.monotonic() - t
-        wall_guard |= options.deterministic and seconds["local"] >= 0.99 * share
-        check_schedule(pb, improved)
-        report("local", improved)
-        if improved.makespan < best.makespan:
-            best = improved
-    if options.method == "lns" and best is not None and left() > 0.5:
-        t = time.monotonic()
-        improved = windowed_lns(pb, best, left(), lower_bound=lower, seed=options.seed,
-                                deterministic=options.deterministic, workers=options.workers,
-                                dtime_per_second=cpsat_dtime_rate(pb), progress=progress)
-        seconds["lns"] = time.monotonic() - t
-        check_schedule(pb, improved)
-        report("lns", improved)
-        best = min((best, improved), key=lambda s: s.makespan)
-    run_exact = options.method == "cpsat" or (options.method == "auto" and pb.n <= options.exact_max_tasks)
-    if run_exact and left() > 0.05 and not (best is not None and best.makespan <= lower):
-        t = time.monotonic()
-        res = solve_cpsat(pb, left(), hint=best, lower_bound=lower, workers=options.workers,
-                          seed=options.seed, deterministic=options.deterministic, progress=progress,
-                          dtime_per_second=cpsat_dtime_rate(pb))
-        seconds["cpsat"] = time.monotonic() - t
-        if res.schedule is not None:
-            check_schedule(pb, res.schedule)
-            report("cpsat", res.schedule)
-            if best is None or res.schedule.makespan < best.makespan:
-                best = res.schedule
-            optimal = res.optimal
-        cp_bound = res.bound
-        if res.status == "INFEASIBLE" and best is None:
-            raise _memory_error(pb, "the exact model proves that no placement fits in memory")
-        wall_guard |= options.deterministic and res.wall_limited
-    if best is None:
-        raise _memory_error(pb, f"no placement that fits in memory was found within {limit:g} s")
-    if cp_bound:
-        bounds["cpsat"] = min(cp_bound, best.makespan)
+    if res.schedule is not None:
+        check_schedule(pb, res.schedule)
+        run.report("cpsat", res.schedule)
+        if best is None or res.schedule.makespan < best.makespan:
+            best = res.schedule
+        optimal = res.optimal
+    if res.status == "INFEASIBLE" and best is None:
+        raise _memory_error(pb, "the exact model proves that no placement fits in memory")
+    run.wall_guard |= options.deterministic and res.wall_limited
+    return best, _Exact(optimal, res.bound)
+
+
+def _outcome(run: _Run, best: Schedule, bounds: dict[str, int], exact: _Exact) -> Outcome:
+    """The final lower bound (CP-SAT's too, and the makespan itself once proven optimal) and the notes."""
+    if exact.bound:
+        bounds["cpsat"] = min(exact.bound, best.makespan)
     lower = max(bounds.values())
-    if optimal:
+    if exact.optimal:
         lower = best.makespan
-    if wall_guard:
+    notes: list[str] = []
+    if run.wall_guard:
         notes.append("wall-clock guard reached: the result may differ between runs")
-    return Outcome(best, min(lower, best.makespan), best.method, optimal or lower >= best.makespan, makespans,
-                   bounds, seconds, tuple(notes))
+    return Outcome(best, min(lower, best.makespan), best.method, exact.optimal or lower >= best.makespan,
+                   run.makespans, bounds, run.seconds, tuple(notes))
 
 
 def _lp_rounding(pb: PlacementProblem, lp, seed: int) -> Schedule | None:
