@@ -57,97 +57,146 @@ def find_violations(problem, plan) -> list[str]:
     if sorted(plan.order) != sorted(problem.kernel_names) or len(set(plan.order)) != len(plan.order):
         return [f"order {list(plan.order)} is not a permutation of the kernels"]
     step_of = {kid[n]: t for t, n in enumerate(plan.order)}
-    for k, ins in enumerate(problem.kernel_inputs):
-        for i in ins:
-            if i in made_by and step_of[made_by[i]] >= step_of[k]:
-                bad.append(f"kernel {problem.kernel_names[k]} runs at step {step_of[k]} before "
-                           f"%{names[i]} is produced")
-    T = len(plan.order)
+    r = _Replay(problem, plan, names, tid, kid, sizes, C, made_by, is_input, step_of)
+    _check_precedence(r, bad)
+    spans = _check_residencies(r, bad)
+    _check_steps(r, bad)
+    loads, stores = _check_events(r, spans, bad)
+    _check_loads_and_stores(r, spans, loads, stores, bad)
+    _check_traffic(r, bad)
+    return bad
 
-    # residencies: shape, bounds, no self-overlap in time
+
+class _Replay(namedtuple("_Replay", "problem plan names tid kid sizes capacity made_by is_input step_of")):
+    """What every check reads (immutable; a namedtuple, as the checker imports nothing but `collections`): the
+    raw problem and the plan, tensor names and indices (`tid`), kernel indices (`kid`), sizes, the capacity,
+    each tensor's producing kernel (`made_by`), which tensors start in DRAM (`is_input`), each kernel's step."""
+
+    __slots__ = ()
+
+    @property
+    def steps(self) -> int:
+        return len(self.plan.order)
+
+
+def _check_precedence(r: _Replay, bad: list[str]) -> None:
+    """Every kernel runs after the producers of its inputs."""
+    step_of, names = r.step_of, r.names
+    for k, ins in enumerate(r.problem.kernel_inputs):
+        for i in ins:
+            if i in r.made_by and step_of[r.made_by[i]] >= step_of[k]:
+                bad.append(f"kernel {r.problem.kernel_names[k]} runs at step {step_of[k]} before "
+                           f"%{names[i]} is produced")
+
+
+def _check_residencies(r: _Replay, bad: list[str]) -> dict[int, list]:
+    """Residencies: size, steps and bytes in bounds, not before the tensor exists, no self-overlap in
+    time; each known tensor's residencies, in order of start."""
+    T, C, sizes, step_of, made_by = r.steps, r.capacity, r.sizes, r.step_of, r.made_by
     spans: dict[int, list] = defaultdict(list)
-    for r in plan.residencies:
-        if r.tensor not in tid:
-            bad.append(f"residency of unknown tensor %{r.tensor}")
+    for res in r.plan.residencies:
+        if res.tensor not in r.tid:
+            bad.append(f"residency of unknown tensor %{res.tensor}")
             continue
-        i = tid[r.tensor]
-        if r.size != sizes[i]:
-            bad.append(f"%{r.tensor}: residency size {r.size} != tensor size {sizes[i]}")
-        if not 0 <= r.start <= r.end < T:
-            bad.append(f"%{r.tensor}: residency steps {r.start}..{r.end} outside 0..{T - 1}")
-        if r.offset < 0 or r.offset + sizes[i] > C:
-            bad.append(f"%{r.tensor}: bytes [{r.offset}, {r.offset + sizes[i]}) outside capacity {C}")
-        if i in made_by and r.start < step_of[made_by[i]]:
-            bad.append(f"%{r.tensor}: resident at step {r.start} before it is produced at step "
+        i = r.tid[res.tensor]
+        if res.size != sizes[i]:
+            bad.append(f"%{res.tensor}: residency size {res.size} != tensor size {sizes[i]}")
+        if not 0 <= res.start <= res.end < T:
+            bad.append(f"%{res.tensor}: residency steps {res.start}..{res.end} outside 0..{T - 1}")
+        if res.offset < 0 or res.offset + sizes[i] > C:
+            bad.append(f"%{res.tensor}: bytes [{res.offset}, {res.offset + sizes[i]}) outside capacity {C}")
+        if i in made_by and res.start < step_of[made_by[i]]:
+            bad.append(f"%{res.tensor}: resident at step {res.start} before it is produced at step "
                        f"{step_of[made_by[i]]}")
-        spans[i].append(r)
+        spans[i].append(res)
     for i, rs in spans.items():
-        rs.sort(key=lambda r: r.start)
+        rs.sort(key=lambda res: res.start)
         for a, b in zip(rs, rs[1:]):
             if b.start <= a.end:
-                bad.append(f"%{names[i]}: residencies {a.start}..{a.end} and {b.start}..{b.end} overlap in time")
+                bad.append(f"%{r.names[i]}: residencies {a.start}..{a.end} and {b.start}..{b.end} overlap in time")
+    return spans
 
-    # step by step: operands resident, no overlap, capacity
+
+def _check_steps(r: _Replay, bad: list[str]) -> None:
+    """Step by step: the running kernel's operands resident, the bytes within the capacity, no two
+    residents overlapping."""
+    T, C, names, problem = r.steps, r.capacity, r.names, r.problem
     at_step: list[list] = [[] for _ in range(T)]
-    for r in plan.residencies:
-        if r.tensor in tid and 0 <= r.start <= r.end < T:
-            for t in range(r.start, r.end + 1):
-                at_step[t].append(r)
-    for t, name in enumerate(plan.order):
-        k = kid[name]
-        here = {r.tensor for r in at_step[t]}
+    for res in r.plan.residencies:
+        if res.tensor in r.tid and 0 <= res.start <= res.end < T:
+            for t in range(res.start, res.end + 1):
+                at_step[t].append(res)
+    for t, name in enumerate(r.plan.order):
+        k = r.kid[name]
+        here = {res.tensor for res in at_step[t]}
         for i in list(problem.kernel_inputs[k]) + list(problem.kernel_outputs[k]):
             if names[i] not in here:
                 bad.append(f"step {t} ({name}): operand %{names[i]} is not resident")
-        rs = sorted(at_step[t], key=lambda r: (r.offset, r.tensor))
-        if sum(r.size for r in rs) > C:
-            bad.append(f"step {t}: {sum(r.size for r in rs)} B resident exceeds capacity {C}")
+        rs = sorted(at_step[t], key=lambda res: (res.offset, res.tensor))
+        if sum(res.size for res in rs) > C:
+            bad.append(f"step {t}: {sum(res.size for res in rs)} B resident exceeds capacity {C}")
         end_so_far, owner = 0, None
-        for r in rs:
-            if r.offset < end_so_far:
-                bad.append(f"step {t}: %{r.tensor} [{r.offset}, {r.offset + r.size}) overlaps %{owner}")
-            if r.offset + r.size > end_so_far:
-                end_so_far, owner = r.offset + r.size, r.tensor
+        for res in rs:
+            if res.offset < end_so_far:
+                bad.append(f"step {t}: %{res.tensor} [{res.offset}, {res.offset + res.size}) overlaps %{owner}")
+            if res.offset + res.size > end_so_far:
+                end_so_far, owner = res.offset + res.size, res.tensor
 
-    # events: each residency begins with its creation or one load; loads need a DRAM copy
-    loads = defaultdict(list)
-    stores = defaultdict(list)
-    for e in plan.events:
-        if e.tensor not in tid:
+
+def _check_events(r: _Replay, spans: dict[int, list],
+                  bad: list[str]) -> tuple[defaultdict[int, list[int]], defaultdict[int, list[int]]]:
+    """Events: known tensor, its size, a known kind, stores only while resident; the steps of each
+    tensor's loads and stores."""
+    loads: defaultdict[int, list[int]] = defaultdict(list)
+    stores: defaultdict[int, list[int]] = defaultdict(list)
+    for e in r.plan.events:
+        if e.tensor not in r.tid:
             bad.append(f"event on unknown tensor %{e.tensor}")
             continue
-        i = tid[e.tensor]
-        if e.bytes != sizes[i]:
-            bad.append(f"{e.kind} %{e.tensor}: {e.bytes} B != size {sizes[i]}")
+        i = r.tid[e.tensor]
+        if e.bytes != r.sizes[i]:
+            bad.append(f"{e.kind} %{e.tensor}: {e.bytes} B != size {r.sizes[i]}")
         if e.kind == "load":
             loads[i].append(e.step)
         elif e.kind == "store":
             stores[i].append(e.step)
-            if not any(r.start <= e.step <= r.end for r in spans.get(i, [])):
+            if not any(res.start <= e.step <= res.end for res in spans.get(i, [])):
                 bad.append(f"store %{e.tensor} at step {e.step}: not resident then")
         else:
             bad.append(f"event kind {e.kind!r} is neither load nor store")
+    return loads, stores
+
+
+def _check_loads_and_stores(r: _Replay, spans: dict[int, list], loads: defaultdict[int, list[int]],
+                            stores: defaultdict[int, list[int]], bad: list[str]) -> None:
+    """Each residency begins with its creation or one load; loads need a DRAM copy and start a
+    residency; graph outputs reach DRAM."""
+    names, made_by, step_of = r.names, r.made_by, r.step_of
     for i, rs in spans.items():
-        for n, r in enumerate(rs):
-            created = i in made_by and r.start == step_of[made_by[i]] and n == 0
-            n_loads = loads[i].count(r.start)
+        for n, res in enumerate(rs):
+            created = i in made_by and res.start == step_of[made_by[i]] and n == 0
+            n_loads = loads[i].count(res.start)
             if created and n_loads:
-                bad.append(f"%{names[i]}: loaded at step {r.start} where it is produced")
+                bad.append(f"%{names[i]}: loaded at step {res.start} where it is produced")
             if not created:
                 if n_loads != 1:
-                    bad.append(f"%{names[i]}: residency from step {r.start} has {n_loads} loads (needs 1)")
-                elif not is_input[i] and not any(s < r.start for s in stores[i]):
-                    bad.append(f"%{names[i]}: loaded at step {r.start} with no earlier store to DRAM")
+                    bad.append(f"%{names[i]}: residency from step {res.start} has {n_loads} loads (needs 1)")
+                elif not r.is_input[i] and not any(s < res.start for s in stores[i]):
+                    bad.append(f"%{names[i]}: loaded at step {res.start} with no earlier store to DRAM")
     for i, steps in loads.items():
         for s in steps:
-            if not any(r.start == s for r in spans.get(i, [])):
+            if not any(res.start == s for res in spans.get(i, [])):
                 bad.append(f"load %{names[i]} at step {s} starts no residency")
-    outputs = [i for i in range(len(names)) if problem.is_output[i]]
+    outputs = [i for i in range(len(names)) if r.problem.is_output[i]]
     for i in outputs:
         if i in made_by and not stores[i]:
             bad.append(f"graph output %{names[i]} is never stored")
 
-    # traffic: recount from the events
+
+def _check_traffic(r: _Replay, bad: list[str]) -> None:
+    """The reported traffic and compulsory traffic equal the events' bytes, each event marked
+    compulsory exactly when it is the first load of an input or the first store of an output."""
+    plan, tid = r.plan, r.tid
     compulsory = traffic = 0
     seen_load: set[int] = set()
     seen_out_store: set[int] = set()
@@ -155,10 +204,10 @@ def find_violations(problem, plan) -> list[str]:
         if e.tensor not in tid:
             continue
         i = tid[e.tensor]
-        if e.kind == "load" and is_input[i] and i not in seen_load:
+        if e.kind == "load" and r.is_input[i] and i not in seen_load:
             seen_load.add(i)
             should = True
-        elif e.kind == "store" and problem.is_output[i] and i not in seen_out_store:
+        elif e.kind == "store" and r.problem.is_output[i] and i not in seen_out_store:
             seen_out_store.add(i)
             should = True
         else:
@@ -173,7 +222,6 @@ def find_violations(problem, plan) -> list[str]:
         bad.append(f"reported traffic {plan.traffic} B != {traffic} B counted from the events")
     if compulsory != plan.compulsory:
         bad.append(f"reported compulsory traffic {plan.compulsory} B != {compulsory} B counted from the events")
-    return bad
 
 
 def check_plan(problem, plan) -> None:

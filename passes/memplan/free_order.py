@@ -132,9 +132,49 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     just `lower_bound`.
     """
     start_time = time.perf_counter()
-    K = T = problem.num_kernels
+    K = problem.num_kernels
     g = size_unit(problem)
     cap = capacity // g
+    asap, alap = _step_windows(problem, band)
+    model = cp_model.CpModel()
+    one, zero = model.NewConstant(1), model.NewConstant(0)
+    # in this order: CP-SAT's search depends on the order in which variables and constraints are created
+    d = run_flags(model, problem, asap, alap, one, zero)
+    tensors = _tensor_flags(model, problem, d, asap, alap, g)
+    _add_capacity(model, tensors.occupancy, cap)
+    for order in exclude:
+        _exclude_order(model, d, order, one, zero)
+    _set_objective(model, tensors, lower_bound, g)
+    if hint is not None:
+        _add_hint(model, problem, hint, d, tensors, one, zero)
+
+    solver = cp_model.CpSolver()
+    configure(solver, time_limit, config)
+    _broad_portfolio(solver, config, K)
+    if progress is not None:
+        status = solver.Solve(model, _Progress(progress, g, tensors.const * g))
+    else:
+        status = solver.Solve(model)
+    wall = time.perf_counter() - start_time
+    return _result(problem, solver, status, d, tensors, g, lower_bound, band, wall)
+
+
+@dataclass(frozen=True)
+class _TensorFlags:
+    """The model's per-tensor part: residency flags per step, (first step, load flags, spill flag),
+    what is resident per step (size, flag), the objective's (coefficient, flag) terms and its constant."""
+
+    r_vars: list[dict[int, cp_model.IntVar]]  # tensor -> step -> resident flag (empty for unused tensors)
+    aux: dict[int, tuple]  # tensor -> (first step, load per step, spill)
+    occupancy: list[list[tuple[int, cp_model.IntVar]]]  # step -> (size in units, resident flag)
+    objective: list[tuple[int, cp_model.IntVar]]
+    const: int  # traffic in units that no decision changes (minus the compulsory first loads)
+
+
+def _step_windows(problem: MemoryProblem, band: tuple[tuple[int, ...], int] | None) -> tuple[list[int], list[int]]:
+    """The earliest and latest step of each kernel: after its ancestors and before its descendants,
+    and within `width` steps of its place in the band's order when there is one."""
+    T = problem.num_kernels
     n_anc, n_desc = _ancestors(problem)
     asap = n_anc
     alap = [T - 1 - d for d in n_desc]
@@ -142,10 +182,14 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
         center, width = band
         for t, k in enumerate(center):
             asap[k], alap[k] = max(asap[k], t - width), min(alap[k], t + width)
-    model = cp_model.CpModel()
-    one, zero = model.NewConstant(1), model.NewConstant(0)
+    return asap, alap
 
-    d = run_flags(model, problem, asap, alap, one, zero)
+
+def _tensor_flags(model: cp_model.CpModel, problem: MemoryProblem, d: list[list], asap: list[int],
+                  alap: list[int], g: int) -> _TensorFlags:
+    """Each used tensor's residency and load flags, and a spill flag when it has no DRAM copy; the
+    traffic they cost (loads and spills, less the compulsory first load of inputs and weights)."""
+    T = problem.num_kernels
     objective = []
     const = 0
     occupancy: list[list] = [[] for _ in range(T)]
@@ -173,55 +217,73 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
                 model.AddImplication(lt, st)
             objective.append((s, st))
         aux[i] = (lo, loads, st)
-    for t in range(T):
+    return _TensorFlags(r_vars, aux, occupancy, objective, const)
+
+
+def _add_capacity(model: cp_model.CpModel, occupancy: list[list[tuple[int, cp_model.IntVar]]], cap: int) -> None:
+    """The resident bytes of each step within the capacity (only where they could exceed it)."""
+    for t in range(len(occupancy)):
         if sum(s for s, _ in occupancy[t]) > cap:
             model.Add(sum(s * v for s, v in occupancy[t]) <= cap)
-    for order in exclude:  # no-good: some kernel runs at another step
-        clause = []
-        for t, k in enumerate(order):
-            here, before = d[k][t], (d[k][t - 1] if t > 0 else zero)
-            for literal in (here.Not() if here is not one and here is not zero else None,
-                            before if before is not one and before is not zero else None):
-                if literal is not None:
-                    clause.append(literal)
-            if here is zero or before is one:
-                clause = None  # k can never run at step t: the order is infeasible anyway
-                break
-        if clause is not None:
-            model.AddBoolOr(clause)
-    obj = sum(c * v for c, v in objective)
+
+
+def _exclude_order(model: cp_model.CpModel, d: list[list], order: tuple[int, ...], one: cp_model.IntVar,
+                   zero: cp_model.IntVar) -> None:
+    """A no-good against `order`: some kernel runs at another step (nothing when the run flags already
+    rule the order out)."""
+    clause = []
+    for t, k in enumerate(order):
+        here, before = d[k][t], (d[k][t - 1] if t > 0 else zero)
+        for literal in (here.Not() if here is not one and here is not zero else None,
+                        before if before is not one and before is not zero else None):
+            if literal is not None:
+                clause.append(literal)
+        if here is zero or before is one:
+            clause = None  # k can never run at step t: the order is infeasible anyway
+            break
+    if clause is not None:
+        model.AddBoolOr(clause)
+
+
+def _set_objective(model: cp_model.CpModel, tensors: _TensorFlags, lower_bound: int, g: int) -> None:
+    """Minimize the traffic; a known lower bound on it (bytes) becomes a constraint, which helps the proof."""
+    obj = sum(c * v for c, v in tensors.objective)
     model.Minimize(obj)
     lb_units = -(-lower_bound // g)
-    if lb_units > const:
-        model.Add(obj + const >= lb_units)
+    if lb_units > tensors.const:
+        model.Add(obj + tensors.const >= lb_units)
 
-    if hint is not None:
-        tl = Timeline(problem, hint.order)
-        pos = tl.pos
-        for k in range(K):
-            for t in range(T):
-                v = d[k][t]
-                if not isinstance(v, int) and v is not one and v is not zero:
-                    model.AddHint(v, 1 if pos[k] <= t else 0)
-        for i, uses in enumerate(tl.uses):
-            resident = set()
-            for j in range(len(uses)):
-                resident.add(uses[j])
-                if j + 1 < len(uses) and hint.keep[i][j]:
-                    resident.update(range(uses[j] + 1, uses[j + 1]))
-            for t, v in r_vars[i].items():
-                model.AddHint(v, 1 if t in resident else 0)
-            if i in aux:
-                _hint_loads(model, aux[i], resident, pos[problem.producer[i]] if problem.producer[i] >= 0 else -1)
 
-    solver = cp_model.CpSolver()
-    configure(solver, time_limit, config)
-    _broad_portfolio(solver, config, K)
-    if progress is not None:
-        status = solver.Solve(model, _Progress(progress, g, const * g))
-    else:
-        status = solver.Solve(model)
-    wall = time.perf_counter() - start_time
+def _add_hint(model: cp_model.CpModel, problem: MemoryProblem, hint: Solution, d: list[list],
+              tensors: _TensorFlags, one: cp_model.IntVar, zero: cp_model.IntVar) -> None:
+    """Warm start from `hint`: its order as run flags, its keeps as residency flags, and the loads and
+    spills they imply, so that the hint is a complete solution."""
+    K = T = problem.num_kernels
+    tl = Timeline(problem, hint.order)
+    pos = tl.pos
+    for k in range(K):
+        for t in range(T):
+            v = d[k][t]
+            if not isinstance(v, int) and v is not one and v is not zero:
+                model.AddHint(v, 1 if pos[k] <= t else 0)
+    for i, uses in enumerate(tl.uses):
+        resident = set()
+        for j in range(len(uses)):
+            resident.add(uses[j])
+            if j + 1 < len(uses) and hint.keep[i][j]:
+                resident.update(range(uses[j] + 1, uses[j + 1]))
+        for t, v in tensors.r_vars[i].items():
+            model.AddHint(v, 1 if t in resident else 0)
+        if i in tensors.aux:
+            _hint_loads(model, tensors.aux[i], resident, pos[problem.producer[i]] if problem.producer[i] >= 0 else -1)
+
+
+def _result(problem: MemoryProblem, solver: cp_model.CpSolver, status: int, d: list[list], tensors: _TensorFlags,
+            g: int, lower_bound: int, band: tuple[tuple[int, ...], int] | None, wall: float) -> FreeOrderResult:
+    """The order and keep flags of the best solution, its traffic and the bound (bytes); without a
+    solution, CP-SAT's bound where it holds for every order."""
+    K = T = problem.num_kernels
+    const = tensors.const
     name = _STATUS.get(status, "unknown")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = max(lower_bound, (int(math.ceil(solver.BestObjectiveBound() - 1e-6)) + const) * g) \
@@ -233,6 +295,7 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     pos = [next(t for t in range(T) if solver.Value(d[k][t])) for k in range(K)]
     order = tuple(sorted(range(K), key=lambda k: pos[k]))
     tl = Timeline(problem, order)
+    r_vars = tensors.r_vars
     keep = tuple(tuple(all(solver.Value(r_vars[i][t]) for t in range(uses[j] + 1, uses[j + 1]))
                        for j in range(len(uses) - 1)) for i, uses in enumerate(tl.uses))
     if band is not None:
