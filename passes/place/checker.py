@@ -7,6 +7,8 @@ behind a shared helper. `violations` lists every broken rule; `check_schedule` r
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .problem import PlacementProblem, Schedule
 
@@ -18,8 +20,7 @@ class ScheduleError(AssertionError):
 def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> list[str]:
     """Every broken rule, as messages naming tasks, tensors, devices and times (at most `limit`)."""
     out: list[str] = []
-    n, m = problem.n, problem.m
-    name = problem.tasks
+    n = problem.n
 
     def bad(msg: str) -> None:
         if len(out) < limit:
@@ -27,7 +28,43 @@ def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> l
 
     if not (len(sched.device) == len(sched.start) == len(sched.finish) == n):
         return [f"schedule has {len(sched.device)} devices/{len(sched.start)} starts for {n} tasks"]
-    # tasks: device able to run them, durations, no overlap per device
+    _check_tasks(problem, sched, bad)
+    if out:
+        return out
+    params = _param_devices(problem, sched, bad)
+    if out:
+        return out
+
+    def origin(k: int) -> int:
+        t = problem.tensors[k]
+        if t.producer >= 0:
+            return sched.device[t.producer]
+        return params[k] if t.movable else problem.home
+
+    expected_span = max(sched.finish, default=0)
+    if sched.makespan != expected_span:
+        bad(f"makespan says {sched.makespan} but the last task ends at {expected_span}")
+    sent = _check_transfers(problem, sched, origin, bad)
+    _check_dependences(problem, sched, origin, sent, bad)
+    _check_memory(problem, sched, origin, sent, max(expected_span, 1), bad)
+    return out
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """The transfers as replayed: per (tensor, destination) when it leaves and arrives, per tensor when
+    its last copy arrives and its destinations in schedule order."""
+
+    arrive: dict[tuple[int, int], int]
+    sent_at: dict[tuple[int, int], int]
+    last_out: dict[int, int]
+    dests: dict[int, list[int]]
+
+
+def _check_tasks(problem: PlacementProblem, sched: Schedule, bad: Callable[[str], None]) -> None:
+    """Tasks: on a device able to run them, for their duration there, never two at once on a device."""
+    n, m = problem.n, problem.m
+    name = problem.tasks
     per_device: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for i in range(n):
         p, s, f = sched.device[i], sched.start[i], sched.finish[i]
@@ -44,8 +81,11 @@ def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> l
         for (s1, f1, a), (s2, f2, b) in zip(items, items[1:]):
             if s2 < f1:
                 bad(f"tasks {name[a]} and {name[b]} overlap on {problem.devices[p]} ({s1}-{f1} and {s2}-{f2})")
-    if out:
-        return out
+
+
+def _param_devices(problem: PlacementProblem, sched: Schedule, bad: Callable[[str], None]) -> dict[int, int]:
+    """The device of each parameter: exactly one valid device each, and none for other tensors."""
+    m = problem.m
     params: dict[int, int] = {}
     param_set = set(problem.params)
     for k, p in sched.param_device:
@@ -60,20 +100,14 @@ def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> l
     for k in problem.params:
         if k not in params:
             bad(f"parameter {problem.tensors[k].name} has no device")
-    if out:
-        return out
+    return params
 
-    def origin(k: int) -> int:
-        t = problem.tensors[k]
-        if t.producer >= 0:
-            return sched.device[t.producer]
-        return params[k] if t.movable else problem.home
 
-    expected_span = max(sched.finish, default=0)
-    if sched.makespan != expected_span:
-        bad(f"makespan says {sched.makespan} but the last task ends at {expected_span}")
-
-    # transfers: from the producer's device (home for inputs), needed, unique, timed, no overlap per channel
+def _check_transfers(problem: PlacementProblem, sched: Schedule, origin: Callable[[int], int],
+                     bad: Callable[[str], None]) -> _Sent:
+    """Transfers: from the producer's device (home for inputs), needed, unique, timed, no overlap per
+    channel; what they deliver where and when, for the later checks."""
+    m = problem.m
     arrive: dict[tuple[int, int], int] = {}
     sent_at: dict[tuple[int, int], int] = {}
     last_out: dict[int, int] = {}
@@ -111,8 +145,14 @@ def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> l
             if s2 < f1:
                 bad(f"transfers of {problem.tensors[k1].name} and {problem.tensors[k2].name} overlap on "
                     f"channel {problem.channels[c]} ({s1}-{f1} and {s2}-{f2})")
+    return _Sent(arrive, sent_at, last_out, dests)
 
-    # dependences: local reads after the producer ends; remote reads after the transfer arrives
+
+def _check_dependences(problem: PlacementProblem, sched: Schedule, origin: Callable[[int], int], sent: _Sent,
+                       bad: Callable[[str], None]) -> None:
+    """Dependences: local reads after the producer ends; remote reads after the transfer arrives."""
+    name = problem.tasks
+    arrive = sent.arrive
     for k, t in enumerate(problem.tensors):
         made_on = origin(k)
         ready = 0 if t.producer < 0 else sched.finish[t.producer]
@@ -127,8 +167,11 @@ def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> l
                 bad(f"task {name[c]} starts at {sched.start[c]} before {t.name} arrives on "
                     f"{problem.devices[q]} at {arrive[(k, q)]}")
 
-    # memory: replay residencies and sweep each device
-    span = max(expected_span, 1)
+
+def _check_memory(problem: PlacementProblem, sched: Schedule, origin: Callable[[int], int], sent: _Sent,
+                  span: int, bad: Callable[[str], None]) -> None:
+    """Memory: replay every tensor's residencies (where it is made until its last reader there or its
+    last departure, and each copy from arrival to its last reader) and sweep each device."""
     events: dict[int, list[tuple[int, int]]] = defaultdict(list)
 
     def occupy(p: int, s: int, e: int, size: int) -> None:
@@ -146,10 +189,10 @@ def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> l
             if t.consumers:
                 occupy(made_on, 0, span, t.size)
         else:
-            end = max(sched.finish[t.producer], last.get(made_on, 0), last_out.get(k, 0))
+            end = max(sched.finish[t.producer], last.get(made_on, 0), sent.last_out.get(k, 0))
             occupy(made_on, sched.start[t.producer], span if t.output else end, t.size)
-        for dst in dests.get(k, ()):
-            occupy(dst, sent_at[(k, dst)], last.get(dst, arrive[(k, dst)]), t.size)
+        for dst in sent.dests.get(k, ()):
+            occupy(dst, sent.sent_at[(k, dst)], last.get(dst, sent.arrive[(k, dst)]), t.size)
     for p, evs in events.items():
         evs.sort()
         level = 0
@@ -159,7 +202,6 @@ def violations(problem: PlacementProblem, sched: Schedule, limit: int = 50) -> l
                 bad(f"device {problem.devices[p]} holds {level} bytes at time {time}, over its "
                     f"capacity of {problem.capacity[p]}")
                 break
-    return out
 
 
 def check_schedule(problem: PlacementProblem, sched: Schedule) -> None:

@@ -57,12 +57,25 @@ class _Builder:
                  fixed_start: dict[int, int] | None = None, param_allowed: dict[int, Sequence[int]] | None = None,
                  memory: bool = True) -> None:
         self.pb = pb
-        m = pb.m
-        md = self.model = cp_model.CpModel()
-        H = self.H = horizon
-        fixed_start = fixed_start or {}
-        self.true = md.NewConstant(1)
-        n = pb.n
+        self.model = cp_model.CpModel()
+        self.H = horizon
+        self.true = self.model.NewConstant(1)
+        free = [pb.capacity[p] - pb.baseline[p] for p in range(pb.m)]  # bytes beyond each device's baseline
+        # in this order: CP-SAT's search depends on the order in which variables are created
+        self._tasks(allowed, fixed_start or {})
+        self._origins(free, param_allowed)
+        self._transfers()
+        self.r: dict[tuple[int, int], object] = {}
+        self.c: dict[tuple[int, int], object] = {}
+        self.size: dict[tuple[str, int, int], object] = {}
+        self.present: dict[tuple[int, int], object] = {}
+        if memory:
+            self._memory(free)
+
+    def _tasks(self, allowed: Sequence[Sequence[int]], fixed_start: dict[int, int]) -> None:
+        """Per task a start, an end and a device literal per allowed device; one task at a time per
+        device, the makespan after every end, and each task after its predecessors."""
+        pb, md, H, m, n = self.pb, self.model, self.H, self.pb.m, self.pb.n
         self.s, self.e, self.x = [], [], []
         dev_intervals: list[list] = [[] for _ in range(m)]
         for i in range(n):
@@ -96,11 +109,13 @@ class _Builder:
             for j in pb.succs[i]:
                 md.Add(self.s[j] >= self.e[i])
 
-        # origins of tensors
+    def _origins(self, free: list[int], param_allowed: dict[int, Sequence[int]] | None) -> None:
+        """Where each tensor starts, as device literals: its producer's device, a chosen device for a
+        parameter (one with room for it, else home), home for other graph inputs."""
+        pb, md, m = self.pb, self.model, self.pb.m
         self.org: list[dict[int, object]] = []
         self.loc: dict[int, dict[int, object]] = {}
         params = set(pb.params)
-        free = [pb.capacity[p] - pb.baseline[p] for p in range(m)]
         for k, t in enumerate(pb.tensors):
             if t.producer >= 0:
                 self.org.append(self.x[t.producer])
@@ -116,7 +131,10 @@ class _Builder:
             else:
                 self.org.append({pb.home: self.true})
 
-        # transfers
+    def _transfers(self) -> None:
+        """Per tensor and reading device: whether a copy is needed there, when it leaves, and which source
+        sends it; one transfer at a time per channel, and readers start after their copy arrives."""
+        pb, md, H, m = self.pb, self.model, self.H, self.pb.m
         chan_intervals: list[list] = [[] for _ in pb.channels]
         self.u: dict[tuple[int, int], object] = {}
         self.ts: dict[tuple[int, int], object] = {}
@@ -164,15 +182,9 @@ class _Builder:
             if len(ivs) > 1:
                 md.AddNoOverlap(ivs)
 
-        # memory
-        self.r: dict[tuple[int, int], object] = {}
-        self.c: dict[tuple[int, int], object] = {}
-        self.size: dict[tuple[str, int, int], object] = {}
-        self.present: dict[tuple[int, int], object] = {}
-        if memory:
-            self._memory(free)
-
     def _memory(self, free: list[int]) -> None:
+        """On each memory-limited device, every tensor's residency there (from its producer or its
+        arrival to its last reader or departure) within the bytes beyond the device's baseline."""
         pb, md, H, m = self.pb, self.model, self.H, self.pb.m
         for p in range(m):
             if not pb.memory_limited[p]:
