@@ -239,7 +239,8 @@ def accepts_first(op: str, t: TensorType) -> bool:
     return first is not None and KIND_TEST[first[0]](t.dtype) and first[1] <= t.rank <= first[2]
 
 
-FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu6", "silu")  # gelu: below
+FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu6", "silu", "sin", "cos", "exp2", "log2",
+               "log1p", "expm1")  # gelu: below
 
 
 def _gen_unary(c: _Ctx):
@@ -605,7 +606,7 @@ def operand_domains(op: str, types: Sequence[TensorType], attrs: dict) -> list[s
     "index:N" (integers in [-N, N)), "exponent" (integers in [0, 4)) or "mask" (bool, a True in
     every row of the last axis). `attrs` may be raw or normalized."""
     domains = ["any"] * len(types)
-    if op in ("log", "sqrt", "rsqrt"):
+    if op in ("log", "sqrt", "rsqrt", "log2", "log1p"):
         domains[0] = "positive"
     elif op == "div":
         domains[1] = "nonzero"
@@ -794,6 +795,12 @@ _UNARY_IV: dict[str, Callable[[Interval], Interval]] = {
     "tanh": lambda a: _monotone(math.tanh, a),
     "erf": lambda a: _monotone(math.erf, a),
     "sigmoid": lambda a: _monotone(_sigmoid, a),
+    "sin": lambda a: (-1.0, 1.0),
+    "cos": lambda a: (-1.0, 1.0),
+    "exp2": lambda a: _monotone(lambda v: _exp(v * math.log(2.0)), a),
+    "log2": lambda a: _monotone(math.log2, a) if a[0] > 0 else (-math.inf, math.inf),
+    "log1p": lambda a: _monotone(math.log1p, a) if a[0] > -1 else (-math.inf, math.inf),
+    "expm1": lambda a: _monotone(lambda v: _exp(v) - 1.0, a),
     "relu": lambda a: (max(a[0], 0.0), max(a[1], 0.0)),
     "relu6": lambda a: (min(max(a[0], 0.0), 6.0), min(max(a[1], 0.0), 6.0)),
     "silu": lambda a: (-0.28, max(a[1], 0.0)),

@@ -18,7 +18,8 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<",
           "ge": ">="}
 _HELPERS = {"div": "tg_div", "pow": "tg_pow", "max": "tg_max", "min": "tg_min", "abs": "tg_abs",
             "exp": "tg_exp", "log": "tg_log", "sqrt": "tg_sqrt", "rsqrt": "tg_rsqrt", "tanh": "tg_tanh",
-            "erf": "tg_erf", "sigmoid": "tg_sigmoid"}
+            "erf": "tg_erf", "sigmoid": "tg_sigmoid", "sin": "std::sin", "cos": "std::cos", "exp2": "std::exp2",
+            "log2": "std::log2", "log1p": "std::log1p", "expm1": "std::expm1"}  # <cmath>: host and SYCL device
 
 
 def scalar_expr(expr: ScalarExpr, args: Sequence[str], dtype: DType, index: Callable[[int], str],

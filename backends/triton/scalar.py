@@ -70,7 +70,8 @@ def literal(value: float, t: str) -> str:
 _BINARY = {"add": "+", "sub": "-", "mul": "*"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _UNARY_FLOAT = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt", "erf": "tl.erf",
-                "sigmoid": "tl.sigmoid", "tanh": "_tg_tanh"}
+                "sigmoid": "tl.sigmoid", "tanh": "_tg_tanh", "sin": "tl.sin", "cos": "tl.cos", "exp2": "tl.exp2",
+                "log2": "tl.log2", "log1p": "_tg_log1p", "expm1": "_tg_expm1"}
 
 
 class ScalarTranslator:
@@ -157,6 +158,25 @@ def _tg_tanh(x):
     e = tl.exp(-2.0 * tl.abs(x))
     t = (1.0 - e) / (1.0 + e)
     return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _tg_log1p(x):
+    # log(u) * x / (u - 1) with u = 1 + x (Goldberg): exact where 1 + x rounds, x itself where it is 1
+    u = 1.0 + x
+    d = u - 1.0
+    r = tl.log(u) * (x / tl.where(d == 0.0, 1.0, d))
+    return tl.where(d == 0.0, x, tl.where(u == float('inf'), u, r))
+
+
+@triton.jit
+def _tg_expm1(x):
+    # (u - 1) * x / log(u) with u = e**x (Kahan): x itself where u rounds to 1, -1 where u - 1 is -1
+    u = tl.exp(x)
+    d = u - 1.0
+    lu = tl.log(u)
+    r = d * (x / tl.where(lu == 0.0, 1.0, lu))
+    return tl.where(u == 1.0, x, tl.where((d == -1.0) | (u == float('inf')), d, r))
 
 
 @triton.jit

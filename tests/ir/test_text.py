@@ -146,7 +146,8 @@ def _reduction(op: str) -> Callable[[], Graph]:
     return build
 
 
-UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "relu6", "silu"]
+UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "relu6", "silu", "sin",
+         "cos", "exp2", "log2", "log1p", "expm1"]
 BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"]
 
 OP_GRAPHS: dict[str, Callable[[], Graph]] = {
