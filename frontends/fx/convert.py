@@ -30,7 +30,7 @@ import torch.utils._pytree as pytree
 from tilegraph.ir import Graph, GraphBuilder, ShapeError, SourceLocation, TilegraphError, Value
 from tilegraph.ir.verifier import verify
 
-from . import ops_nn, ops_tensor  # noqa: F401  (registration)
+from . import ops_index, ops_nn, ops_tensor  # noqa: F401  (registration)
 from .context import ConvertContext, Missing, Unsupported, tensor_type, to_numpy, torch_dtype
 from .errors import ConversionError, Offender, UnsupportedOpsError
 from .registry import METHODS, describe_target, function_converter, module_converter, register_inplace_aten_variants
@@ -39,7 +39,7 @@ register_inplace_aten_variants()
 
 _RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "poisson")
 _INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.iand, operator.ior,
-                      operator.ixor, operator.imatmul, operator.ipow}
+                      operator.ixor, operator.imatmul, operator.ipow, operator.setitem}
 
 
 @dataclass
@@ -205,6 +205,8 @@ class FxConverter:
         inputs = node.all_input_nodes
         after_failure = any(n in self.failed for n in inputs)  # still run, to report ops with no converter
         result = self._execute(node, module)
+        if _is_setitem(node):  # `x[i] = v` returns None: what it makes is the updated x
+            result = self.examples[node.args[0]]
         self.examples[node] = result
         live_inputs = [n for n in inputs if n in self.live]
 
@@ -218,7 +220,8 @@ class FxConverter:
                                            "or .item()/.tolist()), which a static graph cannot express")
             return
         if (not live_inputs and self._foldable(node, module)) or self._depends_on_shape_only(node, live_inputs):
-            self.env[node] = _fold(result, node.name)
+            generated = self._generate(node, module, result)
+            self.env[node] = generated if generated is not None else _fold(result, node.name)
             self._rebind_inplace(node, module, self.env[node])
             return
 
@@ -234,7 +237,7 @@ class FxConverter:
         lifted_kwargs = fx.node.map_arg(node.kwargs, lambda n: self._lift(self.env[n]))
         missing = next((leaf for leaf in pytree.tree_leaves((lifted_args, lifted_kwargs)) if isinstance(leaf, Missing)),
                        None)
-        if missing is not None and converter is not ops_tensor.getitem:  # picking another result is fine
+        if missing is not None and converter is not ops_index.getitem:  # picking another result is fine
             self._offend(node, module, missing.reason)
             return
         call_args = (module, *lifted_args) if module is not None else tuple(lifted_args)
@@ -261,6 +264,24 @@ class FxConverter:
         self._name_results(node, produced, before)
         self.env[node] = produced
         self._rebind_inplace(node, module, produced)
+
+    def _generate(self, node: fx.Node, module: torch.nn.Module | None, result: Any) -> Value | None:
+        """A tensor built from shapes alone (arange, full, zeros_like) as an IR op rather than a folded
+        parameter; None where it has no such converter or the converter declines (then it is folded)."""
+        converter = self._converter(node, module)
+        if converter not in ops_tensor.SOURCES or not isinstance(result, torch.Tensor):
+            return None
+        args = fx.node.map_arg(node.args, lambda n: self._lift(self.env[n]))
+        kwargs = fx.node.map_arg(node.kwargs, lambda n: self._lift(self.env[n]))
+        self.cx.node, self.cx.expected, self.cx.module_path = node, result, ""
+        before = len(self.graph)
+        try:
+            produced = converter(self.cx, *args, **kwargs)
+            self._check(node, module, produced, result)
+        except (Unsupported, ShapeError, TypeError, ConversionError):
+            return None
+        self._name_results(node, produced, before)
+        return produced
 
     def _execute(self, node: fx.Node, module: torch.nn.Module | None) -> Any:
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: self.examples[n])
@@ -432,7 +453,14 @@ def _is_item(node: fx.Node) -> bool:
     return node.op == "call_function" and str(node.target).startswith(("aten.item", "aten._local_scalar_dense"))
 
 
+def _is_setitem(node: fx.Node) -> bool:
+    return (node.op == "call_function" and node.target is operator.setitem) or \
+        (node.op == "call_method" and node.target == "__setitem__")
+
+
 def _is_inplace(node: fx.Node, module) -> bool:
+    if _is_setitem(node):
+        return True
     if node.op == "call_module":
         return getattr(module, "inplace", False) is True
     if node.kwargs.get("inplace") is True:

@@ -9,6 +9,7 @@ graph that cannot be converted or built runs eagerly in PyTorch instead, with a
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import warnings
 from collections.abc import Sequence
@@ -55,7 +56,10 @@ class TilegraphGraph:
 
     def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
         self.gm = gm
-        self.name = f"dynamo_graph_{next(self._numbers)}"
+        self.name = f"dynamo_graph_{next(self._numbers)}"  # in messages
+        # the IR graph is named by the captured code, so the same graph captured again (after
+        # torch._dynamo.reset(), in a new process) gives the same source and hits the build cache
+        self.ir_name = "dynamo_" + hashlib.sha1(gm.code.encode()).hexdigest()[:12]
         self.eager = False
         self.fallback_reason: str | None = None
         self._cache: dict[tuple, _Compiled] = {}
@@ -76,6 +80,7 @@ class TilegraphGraph:
     def _compile(self, args: list[Any]) -> _Compiled | None:
         try:
             conversion = convert_graph_module(self.gm, args, name=self.name)
+            conversion.graph.name = self.ir_name
             program = compile_graph(conversion.graph)
         except TilegraphError as e:
             return self._fall_back(str(e))

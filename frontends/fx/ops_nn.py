@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -255,6 +256,59 @@ def rms_norm_module(cx, m, x):
     return rms_norm_values(cx, x, m.normalized_shape, cx.module_param(m, "weight"), m.eps)
 
 
+def group_norm_values(cx, x, groups: int, weight, bias, eps) -> Value:
+    """Normalise each group of channels over its channels and positions (a layer norm of the grouped
+    view), then scale and shift per channel."""
+    x = cx.value(x)
+    if x.type.rank < 2 or x.shape[1] % groups:
+        raise Unsupported(f"group norm of {x.type} with {groups} groups (channels must divide evenly)")
+    batch, channels = x.shape[:2]
+    grouped = cx.reshape(x, (batch, groups, x.type.numel // (batch * groups)))
+    y = cx.reshape(cx.b.layer_norm(grouped, axes=(2,), eps=float(eps)), x.shape)
+    per_channel = (channels,) + (1,) * (x.type.rank - 2)
+    if weight is not None:
+        y = cx.b.mul(y, cx.reshape(cx.value(weight, x.dtype), per_channel))
+    if bias is not None:
+        y = cx.b.add(y, cx.reshape(cx.value(bias, x.dtype), per_channel))
+    return y
+
+
+@converts(F.group_norm, torch.group_norm, A("group_norm"))
+def group_norm(cx, x, num_groups, weight=None, bias=None, eps=1e-5, *rest):
+    return group_norm_values(cx, x, num_groups, weight, bias, eps)
+
+
+@converts(A("native_group_norm"))
+def native_group_norm(cx, x, weight, bias, n, c, hw, groups, eps):
+    saved = Missing("the saved statistics of native group norm")
+    return (group_norm_values(cx, x, groups, weight, bias, eps), saved, saved)
+
+
+@converts(nn.GroupNorm)
+def group_norm_module(cx, m, x):
+    return group_norm_values(cx, x, m.num_groups, cx.module_param(m, "weight"), cx.module_param(m, "bias"), m.eps)
+
+
+def weight_norm_value(cx, v, g, dim: int) -> Value:
+    """v * g / ||v||, the norm over every axis but `dim` (over all of them for dim -1)."""
+    v = cx.value(v)
+    g = cx.value(g, v.dtype)
+    rank = v.type.rank
+    axes = tuple(range(rank)) if dim == -1 else tuple(a for a in range(rank) if a != dim % rank)
+    norm = cx.b.sqrt(cx.b.sum(cx.b.mul(v, v), axes=axes, keepdims=True))
+    return cx.b.mul(v, cx.b.div(g, norm))
+
+
+@converts(optional(torch, "_weight_norm"), A("_weight_norm"))
+def weight_norm(cx, v, g, dim=0):
+    return weight_norm_value(cx, v, g, dim)
+
+
+@converts(A("_weight_norm_interface"))
+def weight_norm_interface(cx, v, g, dim=0):
+    return (weight_norm_value(cx, v, g, dim), Missing("the norms of weight norm"))
+
+
 @converts(F.normalize)
 def normalize(cx, x, p=2.0, dim=1, eps=1e-12, out=None):
     if p != 2:
@@ -386,6 +440,100 @@ def leaky_relu_module(cx, m, x):
     return leaky_relu_value(cx, x, m.negative_slope)
 
 
+def elu_value(cx, x, alpha=1.0, scale=1.0, input_scale=1.0) -> Value:
+    """scale * (x if x > 0 else alpha * expm1(input_scale * x)): ELU, SELU and CELU."""
+    x = cx.value(x, cx.out_dtype)
+    inner = x if input_scale == 1 else cx.b.mul(x, cx.value(float(input_scale), x.dtype))
+    negative = cx.b.mul(cx.b.expm1(inner), cx.value(float(alpha), x.dtype))
+    y = cx.b.where(cx.b.gt(x, cx.value(0.0, x.dtype)), x, negative)
+    return y if scale == 1 else cx.b.mul(y, cx.value(float(scale), x.dtype))
+
+
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772, 1.0507009873554805
+
+
+@converts(F.elu, F.elu_, optional(torch._C._nn, "elu"), A("elu"))
+def elu(cx, x, alpha=1.0, inplace=False, scale=1.0, input_scale=1.0):
+    return elu_value(cx, x, alpha, scale, input_scale)
+
+
+@converts(F.selu, torch.selu, A("selu"))
+def selu(cx, x, inplace=False):
+    return elu_value(cx, x, SELU_ALPHA, SELU_SCALE)
+
+
+@converts(F.celu, torch.celu, A("celu"))
+def celu(cx, x, alpha=1.0, inplace=False):
+    return elu_value(cx, x, alpha, 1.0, 1.0 / alpha)
+
+
+@converts(nn.ELU)
+def elu_module(cx, m, x):
+    return elu_value(cx, x, m.alpha)
+
+
+@converts(nn.SELU)
+def selu_module(cx, m, x):
+    return elu_value(cx, x, SELU_ALPHA, SELU_SCALE)
+
+
+@converts(nn.CELU)
+def celu_module(cx, m, x):
+    return elu_value(cx, x, m.alpha, 1.0, 1.0 / m.alpha)
+
+
+def softplus_value(cx, x, beta=1.0, threshold=20.0) -> Value:
+    """log1p(exp(beta x)) / beta, and x itself where beta x > threshold (as torch)."""
+    x = cx.value(x, cx.out_dtype)
+    scaled = x if beta == 1 else cx.b.mul(x, cx.value(float(beta), x.dtype))
+    soft = cx.b.log1p(cx.b.exp(scaled))
+    if beta != 1:
+        soft = cx.b.div(soft, cx.value(float(beta), x.dtype))
+    return cx.b.where(cx.b.gt(scaled, cx.value(float(threshold), x.dtype)), x, soft)
+
+
+@converts(F.softplus, optional(torch._C._nn, "softplus"), A("softplus"))
+def softplus(cx, x, beta=1.0, threshold=20.0):
+    return softplus_value(cx, x, beta, threshold)
+
+
+@converts(nn.Softplus)
+def softplus_module(cx, m, x):
+    return softplus_value(cx, x, m.beta, m.threshold)
+
+
+def mish_value(cx, x) -> Value:
+    x = cx.value(x, cx.out_dtype)
+    return cx.b.mul(x, cx.b.tanh(softplus_value(cx, x)))
+
+
+@converts(F.mish, optional(torch._C._nn, "mish"), A("mish"))
+def mish(cx, x, inplace=False):
+    return mish_value(cx, x)
+
+
+@converts(nn.Mish)
+def mish_module(cx, m, x):
+    return mish_value(cx, x)
+
+
+def log_sigmoid_value(cx, x) -> Value:
+    """min(x, 0) - log1p(exp(-|x|)): no overflow for large |x|."""
+    x = cx.value(x, cx.out_dtype)
+    zero = cx.value(0.0, x.dtype)
+    return cx.b.sub(cx.b.minimum(x, zero), cx.b.log1p(cx.b.exp(cx.b.neg(cx.b.abs(x)))))
+
+
+@converts(F.logsigmoid, optional(torch._C._nn, "log_sigmoid"), A("log_sigmoid"))
+def log_sigmoid(cx, x):
+    return log_sigmoid_value(cx, x)
+
+
+@converts(nn.LogSigmoid)
+def log_sigmoid_module(cx, m, x):
+    return log_sigmoid_value(cx, x)
+
+
 def hardsigmoid_value(cx, x) -> Value:
     x = cx.value(x, cx.out_dtype)
     return cx.b.div(cx.b.relu6(cx.b.add(x, cx.value(3.0, x.dtype))), cx.value(6.0, x.dtype))
@@ -446,8 +594,23 @@ def _floor_size(size, kernel, stride, padding, dilation=1) -> int:
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def _ceil_extra(size: int, out: int, kernel: int, stride: int, padding: int) -> int:
+    """Elements to append so that floor-mode pooling gives `out` windows (ceil_mode's last window)."""
+    return max(0, (out - 1) * stride + kernel - (size + 2 * padding))
+
+
+def _pad_after(cx, x: Value, extra: tuple[int, int], fill: float) -> Value:
+    for axis, amount in zip((2, 3), extra):
+        if amount:
+            shape = x.shape[:axis] + (amount,) + x.shape[axis + 1:]
+            x = cx.b.concat(x, cx.b.constant(fill, x.dtype, shape), axis=axis)
+    return x
+
+
 def pool_values(cx, op, x, kernel_size, stride, padding, ceil_mode, dilation=1, count_include_pad=True,
-                divisor_override=None) -> Value:
+                divisor_override=None, out_hw=None) -> Value:
+    """Max or average pooling to torch's output size. ceil_mode's partial last windows pool over an
+    input extended with -inf (max) or zeros (average, then rescaled to torch's divisor)."""
     x = cx.value(x)
     kernel = _pair(kernel_size, "kernel_size")
     stride = _pair(stride, "stride") if stride not in (None, []) else kernel
@@ -457,55 +620,101 @@ def pool_values(cx, op, x, kernel_size, stride, padding, ceil_mode, dilation=1, 
     if divisor_override is not None:
         raise Unsupported(f"{op} with divisor_override")
     batched = _batched(cx, x, 4)
-    floor_hw = tuple(_floor_size(batched.shape[2 + a], kernel[a], stride[a], padding[a]) for a in (0, 1))
-    if ceil_mode and floor_hw != cx.out_shape[-2:]:
-        raise Unsupported(f"{op} with ceil_mode=True where it changes the output size")
-    y = cx.b.op(op, batched, kernel=kernel, stride=stride, padding=padding)
-    if op == "avg_pool2d" and not count_include_pad and padding != (0, 0):
-        # divide by the number of real (unpadded) elements in each window instead
-        ones = torch.ones((1, 1) + batched.shape[2:])
-        counts = F.avg_pool2d(ones, kernel, stride, padding, count_include_pad=True)
-        y = cx.b.div(y, cx.value(cx.param(f"{cx.node.name}_window_fraction", counts), y.dtype))
+    out_hw = tuple(out_hw or cx.out_shape[-2:])
+    extra = tuple(_ceil_extra(batched.shape[2 + a], out_hw[a], kernel[a], stride[a], padding[a]) for a in (0, 1))
+    fill = 0.0 if op == "avg_pool2d" else -math.inf if batched.dtype.is_float else \
+        int(np.iinfo(batched.dtype.numpy).min)
+    y = cx.b.op(op, _pad_after(cx, batched, extra, fill), kernel=kernel, stride=stride, padding=padding)
+    if op == "avg_pool2d":
+        y = _rescale_average(cx, y, batched.shape[2:], kernel, stride, padding, extra, ceil_mode, count_include_pad)
+    return y
+
+
+def _rescale_average(cx, y: Value, size, kernel, stride, padding, extra, ceil_mode, count_include_pad) -> Value:
+    """The IR divides every window by kernel area; torch divides by the window's real (or padded) size."""
+    if not any(extra) and (count_include_pad or padding == (0, 0)):
+        return y
+    ones = torch.ones((1, 1) + tuple(size), dtype=torch.float64)
+    want = F.avg_pool2d(ones, kernel, stride, padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    have = F.avg_pool2d(F.pad(ones, (0, extra[1], 0, extra[0])), kernel, stride, padding, count_include_pad=True)
+    factor = torch.where(have > 0, want / have.clamp_min(1e-30), 0.0).float()
+    return cx.b.mul(y, cx.value(cx.param(f"{cx.node.name}_window_scale", factor), y.dtype))
+
+
+def _pool_1d(cx, op, x, kernel_size, stride, padding, ceil_mode, count_include_pad=True) -> Value:
+    """1-d pooling as 2-d pooling over [N, C, 1, L]."""
+    x = cx.value(x)
+    x = cx.reshape(x, x.shape[:-1] + (1, x.shape[-1]))
+    (kernel,), (padding,) = _single(kernel_size), _single(padding)
+    stride = kernel if stride in (None, []) else _single(stride)[0]
+    y = pool_values(cx, op, x, (1, kernel), (1, stride), (0, padding), ceil_mode, 1, count_include_pad,
+                    out_hw=(1, cx.out_shape[-1]))
     return cx.reshape(y, cx.out_shape)
+
+
+@converts(F.avg_pool1d, torch.avg_pool1d, A("avg_pool1d"))
+def avg_pool1d(cx, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return _pool_1d(cx, "avg_pool2d", x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
+@converts(F.max_pool1d, torch.max_pool1d, A("max_pool1d"))
+def max_pool1d(cx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    if _single(dilation) != (1,):
+        raise Unsupported(f"max_pool1d with dilation {dilation}")
+    y = _pool_1d(cx, "max_pool2d", x, kernel_size, stride, padding, ceil_mode)
+    return (y, Missing("max-pool indices")) if return_indices else y
+
+
+@converts(nn.AvgPool1d)
+def avg_pool1d_module(cx, m, x):
+    return _pool_1d(cx, "avg_pool2d", x, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad)
+
+
+@converts(nn.MaxPool1d)
+def max_pool1d_module(cx, m, x):
+    return max_pool1d(cx, x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode, m.return_indices)
 
 
 @converts(F.max_pool2d, torch.max_pool2d, optional(F, "_max_pool2d"), A("max_pool2d"))
 def max_pool2d(cx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     y = pool_values(cx, "max_pool2d", x, kernel_size, stride, padding, ceil_mode, dilation)
+    y = cx.reshape(y, cx.out_shape)
     return (y, Missing("max-pool indices")) if return_indices else y
 
 
 @converts(A("max_pool2d_with_indices"), optional(F, "max_pool2d_with_indices"))
 def max_pool2d_with_indices(cx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *args):
     y = pool_values(cx, "max_pool2d", x, kernel_size, stride, padding, ceil_mode, dilation)
+    y = cx.reshape(y, cx.out_shape)
     return (y, Missing("max-pool indices"))
 
 
 @converts(nn.MaxPool2d)
 def max_pool2d_module(cx, m, x):
     y = pool_values(cx, "max_pool2d", x, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.dilation)
+    y = cx.reshape(y, cx.out_shape)
     return (y, Missing("max-pool indices")) if m.return_indices else y
 
 
 @converts(F.avg_pool2d, A("avg_pool2d"))
 def avg_pool2d(cx, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
-    return pool_values(cx, "avg_pool2d", x, kernel_size, stride, padding, ceil_mode, 1, count_include_pad,
-                       divisor_override)
+    return cx.reshape(pool_values(cx, "avg_pool2d", x, kernel_size, stride, padding, ceil_mode, 1, count_include_pad,
+                                  divisor_override), cx.out_shape)
 
 
 @converts(nn.AvgPool2d)
 def avg_pool2d_module(cx, m, x):
-    return pool_values(cx, "avg_pool2d", x, m.kernel_size, m.stride, m.padding, m.ceil_mode, 1,
-                       m.count_include_pad, m.divisor_override)
+    return cx.reshape(pool_values(cx, "avg_pool2d", x, m.kernel_size, m.stride, m.padding, m.ceil_mode, 1,
+                                  m.count_include_pad, m.divisor_override), cx.out_shape)
 
 
-def adaptive_pool_values(cx, reduce: str, x) -> Value:
+def adaptive_pool_values(cx, reduce: str, x, out_hw=None) -> Value:
     """Adaptive pooling to the output size torch produced: one pooling op where the sizes divide,
     else (the windows overlap or vary) a mean/max over each window's rows, then over its columns."""
     x = cx.value(x)
     batched = _batched(cx, x, 4)
-    out_hw = cx.out_shape[-2:]
+    out_hw = tuple(out_hw or cx.out_shape[-2:])
     in_hw = batched.shape[2:]
     if all(i % o == 0 for i, o in zip(in_hw, out_hw)):
         if out_hw == (1, 1):
@@ -553,9 +762,106 @@ def adaptive_max_pool2d_module(cx, m, x):
     return (y, Missing("max-pool indices")) if m.return_indices else y
 
 
+def adaptive_pool_1d(cx, reduce: str, x) -> Value:
+    """1-d adaptive pooling as 2-d over [N, C, 1, L]."""
+    x = cx.value(x)
+    x4 = cx.reshape(x, x.shape[:-1] + (1, x.shape[-1]))
+    return cx.reshape(adaptive_pool_values(cx, reduce, x4, (1, cx.out_shape[-1])), cx.out_shape)
+
+
+@converts(F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d, A("adaptive_avg_pool1d"))
+def adaptive_avg_pool1d(cx, x, output_size):
+    return adaptive_pool_1d(cx, "mean", x)
+
+
+@converts(F.adaptive_max_pool1d, torch.adaptive_max_pool1d, A("adaptive_max_pool1d"))
+def adaptive_max_pool1d(cx, x, output_size, return_indices=False):
+    y = adaptive_pool_1d(cx, "max", x)
+    if cx.node.target is torch.adaptive_max_pool1d or return_indices:
+        return (y, Missing("max-pool indices"))
+    return y
+
+
+@converts(nn.AdaptiveAvgPool1d)
+def adaptive_avg_pool1d_module(cx, m, x):
+    return adaptive_pool_1d(cx, "mean", x)
+
+
+@converts(nn.AdaptiveMaxPool1d)
+def adaptive_max_pool1d_module(cx, m, x):
+    y = adaptive_pool_1d(cx, "max", x)
+    return (y, Missing("max-pool indices")) if m.return_indices else y
+
+
 @converts(nn.Flatten, nn.Unflatten)
 def flatten_module(cx, m, x):
     return cx.reshape(cx.value(x), cx.out_shape)
+
+
+# ----- resampling -------------------------------------------------------------------------------------
+def _axis_weights(resample, size: tuple[int, ...], axis: int) -> torch.Tensor:
+    """The [out, in] matrix `resample` applies along spatial `axis` (modes are separable): resample
+    `size[axis]` probe channels, channel j one along that axis at j and constant along the others."""
+    n = size[axis]
+    view = (1, n) + tuple(n if a == axis else 1 for a in range(len(size)))
+    probe = torch.eye(n, dtype=torch.float64).reshape(view).expand((1, n) + tuple(size)).contiguous()
+    out = resample(probe)[0]  # [n, *out_size]
+    picked = out[(slice(None),) + tuple(slice(None) if a == axis else 0 for a in range(len(size)))]
+    return picked.transpose(0, 1)  # [out, in]
+
+
+def resample_values(cx, x, resample) -> Value:
+    """Interpolation along each spatial axis as its own linear map: a matmul by the [out, in] weights,
+    or a gather where each output copies one input (nearest modes)."""
+    x = cx.value(x)
+    spatial = x.shape[2:]
+    if x.type.rank not in (3, 4, 5):
+        raise Unsupported(f"interpolation of a rank-{x.type.rank} input")
+    weights = [_axis_weights(resample, spatial, k) for k in range(len(spatial))]
+    y = x
+    for k, w in enumerate(weights):
+        axis = 2 + k
+        copies = (w == 1).sum(dim=1) == 1
+        if bool(copies.all()) and bool(((w == 0) | (w == 1)).all()):
+            index = torch.argmax(w, dim=1)
+            y = cx.b.gather(y, cx.param(f"{cx.node.name}_source{k}", index), axis=axis)
+            continue
+        if not y.dtype.is_float:
+            raise Unsupported(f"interpolation of a {y.dtype} tensor other than nearest")
+        w_t = cx.value(cx.param(f"{cx.node.name}_weights{k}", w.t().float().contiguous()), y.dtype)  # [in, out]
+        last = y.type.rank - 1
+        moved = cx.transpose(y, [a for a in range(y.type.rank) if a != axis] + [axis]) if axis != last else y
+        product = cx.b.matmul(moved, w_t)
+        y = cx.transpose(product, list(range(axis)) + [last] + list(range(axis, last))) if axis != last else product
+    return cx.reshape(y, cx.out_shape)
+
+
+@converts(F.interpolate, F.upsample)
+def interpolate(cx, x, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    if antialias:
+        raise Unsupported("interpolate with antialias=True")
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area"):
+        raise Unsupported(f"interpolate mode {mode!r}")
+
+    def resample(probe):
+        return F.interpolate(probe, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners,
+                             recompute_scale_factor=recompute_scale_factor)
+
+    return resample_values(cx, x, resample)
+
+
+@converts(nn.Upsample)
+def upsample_module(cx, m, x):
+    return resample_values(cx, x, m)
+
+
+@converts(A("upsample_nearest1d"), A("upsample_nearest2d"), A("upsample_nearest3d"), A("_upsample_nearest_exact1d"),
+          A("_upsample_nearest_exact2d"), A("upsample_linear1d"), A("upsample_bilinear2d"), A("upsample_bicubic2d"),
+          A("upsample_trilinear3d"))
+def aten_upsample(cx, x, *args, **kwargs):
+    target = cx.node.target
+    return resample_values(cx, x, lambda probe: target(probe, *args, **kwargs))
 
 
 # ----- attention ------------------------------------------------------------------------------------

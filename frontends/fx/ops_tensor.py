@@ -7,6 +7,7 @@ result on the example inputs, so the IR is exactly what torch computed.
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tilegraph.ir import DType, Value
+from tilegraph.ir import DType, Value, ValueKind
 
 from .context import ConvertContext, Missing, Unsupported, ir_dtype, torch_dtype
 from .registry import converts, optional
@@ -101,9 +102,111 @@ def mul(cx, x, other, *, out=None):
 @converts(torch.div, torch.divide, torch.true_divide, operator.truediv, operator.itruediv, "div", "div_",
           "divide", "true_divide", "__truediv__", "__itruediv__", A("div"))
 def div(cx, x, other, *, rounding_mode=None, out=None):
+    if rounding_mode == "trunc":
+        return _divide(cx, x, other, "trunc")
+    if rounding_mode == "floor":
+        return _divide(cx, x, other, "floor")
     if rounding_mode is not None:
         raise Unsupported(f"division with rounding_mode={rounding_mode!r}")
     return _binary(cx, "div", x, other)
+
+
+# ----- rounding, floor division, remainders ----------------------------------------------------------
+# The IR has no rounding function: a float rounds through an i64 cast where |x| < 2**22 (every f32,
+# f16 and bf16 beyond that is an integer already); integer division truncates (the IR's `div` of
+# integers stored as an integer), and floor division corrects the truncated quotient. A float
+# remainder is x - q * y, exact while the quotient q stays below 2**22 (torch's fmod is exact beyond).
+EXACT = 2.0 ** 22
+
+
+def trunc_value(cx, x: Value) -> Value:
+    if not x.dtype.is_float:
+        return x
+    small = cx.b.lt(cx.b.abs(x), cx.value(EXACT, x.dtype))
+    safe = cx.b.where(small, x, cx.value(0.0, x.dtype))  # no out-of-range (or NaN) float -> int casts
+    return cx.b.where(small, cx.cast(cx.cast(safe, DType.i64), x.dtype), x)
+
+
+def floor_value(cx, x: Value) -> Value:
+    t = trunc_value(cx, x)
+    return t if not x.dtype.is_float else cx.b.sub(t, cx.cast(cx.b.gt(t, x), x.dtype))
+
+
+def ceil_value(cx, x: Value) -> Value:
+    t = trunc_value(cx, x)
+    return t if not x.dtype.is_float else cx.b.add(t, cx.cast(cx.b.lt(t, x), x.dtype))
+
+
+def _divide(cx, x, other, mode: str) -> Value:
+    """x / other rounded toward zero ("trunc") or down ("floor")."""
+    dtype = cx.out_dtype
+    a, b = cx.value(x, dtype), cx.value(other, dtype)
+    if dtype.is_float:
+        q = cx.b.div(a, b)
+        return trunc_value(cx, q) if mode == "trunc" else floor_value(cx, q)
+    q = cx.b.div(a, b)  # integer division truncates
+    if mode == "trunc":
+        return q
+    return cx.b.sub(q, cx.cast(_sign_differs(cx, cx.b.sub(a, cx.b.mul(q, b)), b), dtype))
+
+
+def _sign_differs(cx, r: Value, b: Value) -> Value:
+    """A nonzero remainder whose sign is not the divisor's (where floor and trunc differ)."""
+    zero = cx.value(0, r.dtype)
+    return logical_and(cx, cx.b.ne(r, zero), cx.b.ne(cx.b.lt(r, zero), cx.b.lt(b, zero)))
+
+
+def _remainder(cx, x, other, python: bool) -> Value:
+    """x - other * q: q floored (torch.remainder, `%`: the divisor's sign) or truncated (torch.fmod)."""
+    dtype = cx.out_dtype
+    a, b = cx.value(x, dtype), cx.value(other, dtype)
+    if dtype.is_float:
+        q = cx.b.div(a, b)
+        q = floor_value(cx, q) if python else trunc_value(cx, q)
+        return cx.b.sub(a, cx.b.mul(q, b))
+    r = cx.b.sub(a, cx.b.mul(cx.b.div(a, b), b))
+    return cx.b.where(_sign_differs(cx, r, b), cx.b.add(r, b), r) if python else r
+
+
+@converts(torch.floor_divide, operator.floordiv, operator.ifloordiv, "floor_divide", "__floordiv__",
+          "__ifloordiv__", A("floor_divide"))
+def floor_divide(cx, x, other):
+    return _divide(cx, x, other, "floor")
+
+
+@converts("__rfloordiv__")
+def rfloor_divide(cx, x, other):
+    return _divide(cx, other, x, "floor")
+
+
+@converts(torch.remainder, operator.mod, operator.imod, "remainder", "__mod__", "__imod__", A("remainder"))
+def remainder(cx, x, other):
+    return _remainder(cx, x, other, python=True)
+
+
+@converts("__rmod__")
+def rremainder(cx, x, other):
+    return _remainder(cx, other, x, python=True)
+
+
+@converts(torch.fmod, "fmod", A("fmod"))
+def fmod(cx, x, other):
+    return _remainder(cx, x, other, python=False)
+
+
+@converts(torch.trunc, torch.fix, "trunc", "fix", A("trunc"), A("fix"))
+def trunc(cx, x):
+    return trunc_value(cx, cx.value(x, cx.out_dtype))
+
+
+@converts(torch.floor, "floor", A("floor"))
+def floor(cx, x):
+    return floor_value(cx, cx.value(x, cx.out_dtype))
+
+
+@converts(torch.ceil, "ceil", A("ceil"))
+def ceil(cx, x):
+    return ceil_value(cx, cx.value(x, cx.out_dtype))
 
 
 @converts("__rtruediv__")
@@ -164,6 +267,53 @@ _unary("rsqrt", torch.rsqrt, "rsqrt", A("rsqrt"))
 _unary("tanh", torch.tanh, torch.nn.functional.tanh, "tanh", A("tanh"))
 _unary("sigmoid", torch.sigmoid, torch.nn.functional.sigmoid, "sigmoid", A("sigmoid"))
 _unary("erf", torch.erf, torch.special.erf, "erf", A("erf"))
+_unary("sin", torch.sin, "sin", A("sin"))
+_unary("cos", torch.cos, "cos", A("cos"))
+_unary("exp2", torch.exp2, torch.special.exp2, "exp2", A("exp2"))
+_unary("log2", torch.log2, "log2", A("log2"))
+_unary("log1p", torch.log1p, torch.special.log1p, "log1p", A("log1p"))
+_unary("expm1", torch.expm1, torch.special.expm1, "expm1", A("expm1"))
+
+
+@converts(torch.tan, "tan", A("tan"))
+def tan(cx, x):
+    x = cx.value(x, cx.out_dtype)
+    return cx.b.div(cx.b.sin(x), cx.b.cos(x))
+
+
+@converts(torch.log10, "log10", A("log10"))
+def log10(cx, x):
+    x = cx.value(x, cx.out_dtype)
+    return cx.b.mul(cx.b.log(x), cx.value(1 / math.log(10), x.dtype))
+
+
+def _exp_pair(cx, x, sign: float) -> Value:
+    """(e**x + sign * e**-x) / 2: cosh (sign 1) and sinh (sign -1, by expm1 so small x stay exact)."""
+    x = cx.value(x, cx.out_dtype)
+    half = cx.value(0.5, x.dtype)
+    if sign > 0:
+        return cx.b.mul(cx.b.add(cx.b.exp(x), cx.b.exp(cx.b.neg(x))), half)
+    return cx.b.mul(cx.b.sub(cx.b.expm1(x), cx.b.expm1(cx.b.neg(x))), half)
+
+
+@converts(torch.sinh, "sinh", A("sinh"))
+def sinh(cx, x):
+    return _exp_pair(cx, x, -1.0)
+
+
+@converts(torch.cosh, "cosh", A("cosh"))
+def cosh(cx, x):
+    return _exp_pair(cx, x, 1.0)
+
+
+@converts(torch.sign, torch.sgn, "sign", "sgn", A("sign"), A("sgn"))
+def sign(cx, x):
+    x = cx.value(x, cx.out_dtype)
+    if x.dtype is DType.bool:
+        return x
+    zero = cx.value(0, x.dtype)
+    positive, negative = cx.cast(cx.b.gt(x, zero), x.dtype), cx.cast(cx.b.lt(x, zero), x.dtype)
+    return cx.b.sub(positive, negative)
 
 
 @converts(torch.clamp, torch.clip, "clamp", "clip", A("clamp"), A("clip"))
@@ -303,25 +453,6 @@ def amin(cx, x, dim=(), keepdim=False):
     return _reduce(cx, "min", x, dim, keepdim)
 
 
-def _max_or_min(cx, op, elementwise, x, dim=None, keepdim=False):
-    if isinstance(dim, Value):  # torch.max(a, b)
-        return _binary(cx, elementwise, x, dim)
-    if dim is None:
-        return _reduce(cx, op, x)
-    values = cx.b.op(op, cx.value(x), axes=(dim,), keepdims=bool(keepdim))
-    return values, Missing(f"the indices of torch.{op}(x, dim) (argmax/argmin) are not supported")
-
-
-@converts(torch.max, "max", A("max"))
-def max_(cx, x, dim=None, keepdim=False):
-    return _max_or_min(cx, "max", "maximum", x, dim, keepdim)
-
-
-@converts(torch.min, "min", A("min"))
-def min_(cx, x, dim=None, keepdim=False):
-    return _max_or_min(cx, "min", "minimum", x, dim, keepdim)
-
-
 @converts(torch.var, "var", A("var"))
 def var(cx, x, dim=None, *args, correction=None, keepdim=False, unbiased=None):
     if args:  # var(x, dim, unbiased, keepdim) or var(x, unbiased)
@@ -435,6 +566,28 @@ def expand(cx, x, *args, **kwargs):
     return cx.broadcast(cx.value(x), cx.out_shape)
 
 
+@converts(torch.flip, "flip", A("flip"))
+def flip(cx, x, *dims):
+    """Reverse the given axes: a gather with reversed positions per axis."""
+    x = cx.value(x)
+    for axis in dims_arg(varargs(dims), x.type.rank) or ():
+        size = x.shape[axis]
+        if size > 1:
+            reverse = cx.param(f"{cx.node.name}_reverse{axis}", torch.arange(size - 1, -1, -1))
+            x = cx.b.gather(x, reverse, axis=axis)
+    return x
+
+
+@converts(torch.fliplr, "fliplr", A("fliplr"))
+def fliplr(cx, x):
+    return flip(cx, x, 1)
+
+
+@converts(torch.flipud, "flipud", A("flipud"))
+def flipud(cx, x):
+    return flip(cx, x, 0)
+
+
 @converts(torch.permute, "permute", A("permute"))
 def permute(cx, x, *dims):
     return cx.transpose(cx.value(x), varargs(dims))
@@ -458,7 +611,7 @@ def t(cx, x):
 def cat(cx, tensors, dim=0, *, out=None):
     dtype = cx.out_dtype
     values = [cx.value(v, dtype) for v in tensors]
-    values = [v for v in values if v.type.numel > 0 or v.type.rank > 1] or values[:1]
+    values = [v for v in values if v.type.numel > 0] or values[:1]  # torch skips empty pieces
     if len(values) == 1:
         return values[0]
     return cx.b.concat(*values, axis=dim)
@@ -487,15 +640,32 @@ def repeat(cx, x, *repeats):
 
 @converts(torch.repeat_interleave, "repeat_interleave", A("repeat_interleave"))
 def repeat_interleave(cx, x, repeats=None, dim=None, *, output_size=None):
-    if not isinstance(repeats, int):
-        raise Unsupported("repeat_interleave with per-element repeat counts")
+    if repeats is None:  # repeat_interleave(counts): the positions, each repeated its count times
+        counts = cx.value(x)
+        x, repeats, dim = cx.b.iota(shape=counts.shape, axis=0, dtype=DType.i64), counts, 0
     x = cx.value(x)
+    if isinstance(repeats, Value):
+        return _repeat_counts(cx, x, repeats, dim)
     if dim is None:
         x, dim = cx.reshape(x, (x.type.numel,)), 0
     dim %= x.type.rank
     spread = x.shape[:dim + 1] + (1,) + x.shape[dim + 1:]
     target = x.shape[:dim + 1] + (repeats,) + x.shape[dim + 1:]
     return cx.reshape(cx.broadcast(cx.reshape(x, spread), target), cx.out_shape)
+
+
+def _repeat_counts(cx, x: Value, repeats: Value, dim) -> Value:
+    """Per-element counts known at conversion time (a constant): a gather of each slice, count times."""
+    counts = repeats.data if repeats.kind is ValueKind.PARAM and not repeats.dtype.is_float else None
+    if counts is None:
+        raise Unsupported("repeat_interleave with repeat counts computed at run time (the result shape depends "
+                          "on the data)")
+    if dim is None:
+        x, dim = cx.reshape(x, (x.type.numel,)), 0
+    axis = dim % x.type.rank
+    counts = np.broadcast_to(np.asarray(counts).reshape(-1), (x.shape[axis],))
+    index = torch.from_numpy(np.repeat(np.arange(x.shape[axis]), counts).astype(np.int64))
+    return cx.reshape(cx.b.gather(x, cx.param(f"{cx.node.name}_index", index), axis=axis), cx.out_shape)
 
 
 @converts(torch.nn.functional.pad, optional(torch._C._nn, "pad"), A("pad"), A("constant_pad_nd"))
@@ -526,6 +696,8 @@ def slice_axis(cx, x: Value, axis: int, start: int, stop: int, step: int = 1) ->
     begin, end, stride = slice(start, stop, step).indices(x.shape[axis])
     if (begin, end, stride) == (0, x.shape[axis], 1):
         return x
+    if len(range(begin, end, stride)) == 0:  # empty: only concatenation can use it
+        return cx.b.constant(0, x.dtype, x.shape[:axis] + (0,) + x.shape[axis + 1:])
     starts = [0] * rank
     stops = list(x.shape)
     steps = [1] * rank
@@ -583,99 +755,6 @@ def aten_slice(cx, x, dim=0, start=None, end=None, step=1):
     return slice_axis(cx, cx.value(x), dim, start, end, step)
 
 
-def _index_tensor(cx, index) -> Value:
-    if isinstance(index, (list, tuple)):
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in index):
-            raise Unsupported("indexing with a nested list")
-        return cx.param(f"{cx.node.name}_index", torch.tensor(index, dtype=torch.int64))
-    value = cx.value(index)
-    if value.dtype is DType.bool:
-        raise Unsupported("boolean mask indexing (the result shape depends on the data)")
-    if not value.dtype.is_int:
-        raise Unsupported(f"indexing with a {value.dtype} tensor")
-    return value
-
-
-def gather_axis(cx, x: Value, index: Value, axis: int) -> Value:
-    """x[..., index, ...] along `axis`, with negative indices counting from the end as in torch."""
-    size = x.shape[axis]
-    if index.data is not None and (np.asarray(index.data) >= 0).all():
-        return cx.b.gather(x, index, axis=axis)
-    index = cx.b.where(cx.b.lt(index, cx.value(0, index.dtype)), cx.b.add(index, cx.value(size, index.dtype)),
-                       index)  # negative indices count from the end, as in torch
-    return cx.b.gather(x, index, axis=axis)
-
-
-@converts(torch.index_select, "index_select", A("index_select"))
-def index_select(cx, x, dim, index):
-    x = cx.value(x)
-    return cx.b.gather(x, _index_tensor(cx, index), axis=dim % x.type.rank)
-
-
-@converts(A("index"))
-def aten_index(cx, x, indices):
-    x = cx.value(x)
-    present = [(axis, i) for axis, i in enumerate(indices) if i is not None]
-    if len(present) != 1:
-        raise Unsupported("indexing with more than one index tensor")
-    axis, index = present[0]
-    return cx.reshape(gather_axis(cx, x, _index_tensor(cx, index), axis), cx.out_shape)
-
-
-def _is_index_array(item) -> bool:
-    return isinstance(item, (Value, list))
-
-
-@converts(operator.getitem, "__getitem__")
-def getitem(cx, x, index):
-    if not isinstance(x, Value):  # a tuple of results (split, max with dim), a shape, ...
-        return x[index]
-    items = list(index) if isinstance(index, tuple) else [index]
-    if any(isinstance(i, bool) for i in items):
-        raise Unsupported("indexing with a Python bool")
-    arrays = [i for i in items if _is_index_array(i)]
-    ints = [i for i in items if isinstance(i, int)]
-    if len(arrays) > 1 or (arrays and ints):
-        raise Unsupported("advanced indexing with several index tensors (or tensors mixed with integers)")
-    consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
-    if items.count(Ellipsis) > 1:
-        raise Unsupported("more than one Ellipsis in an index")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
-        items[at:at + 1] = [slice(None)] * (x.type.rank - consumed)
-    items += [slice(None)] * (x.type.rank - sum(1 for i in items if i is not None))
-    starts, stops, steps, gather = [], [], [], None
-    axis = 0
-    for item in items:
-        if item is None:
-            continue
-        size = x.shape[axis]
-        if isinstance(item, int):
-            position = item % size
-            bounds = (position, position + 1, 1)
-        elif isinstance(item, slice):
-            if not all(v is None or isinstance(v, int) for v in (item.start, item.stop, item.step)):
-                raise Unsupported("slice bounds that are not integers")
-            if item.step is not None and item.step < 1:
-                raise Unsupported("slices with a step below 1")
-            bounds = item.indices(size)
-        else:
-            gather = (axis, item)
-            bounds = (0, size, 1)
-        starts.append(bounds[0])
-        stops.append(bounds[1])
-        steps.append(bounds[2])
-        axis += 1
-    y = x
-    if (tuple(starts), tuple(stops), tuple(steps)) != ((0,) * len(starts), x.shape, (1,) * len(steps)):
-        if any(len(range(a, b, s)) == 0 for a, b, s in zip(starts, stops, steps)):
-            raise Unsupported("an empty slice")
-        y = cx.b.slice(x, start=starts, stop=stops, step=steps)
-    if gather is not None:
-        y = gather_axis(cx, y, _index_tensor(cx, gather[1]), gather[0])
-    return cx.reshape(y, cx.out_shape)
-
-
 # ----- shape queries and other Python-level values ---------------------------------------------------
 # A node that reads only a tensor's metadata (not its data) gives a Python value that is fixed for the
 # example inputs' shapes, so the converter keeps that value. Anything else that turns tensor data into a
@@ -705,6 +784,76 @@ def getattr_(cx, x, name, *default):
     if name in ("data",):
         return x
     raise Unsupported(f"tensor attribute .{name}")
+
+
+# ----- sources: tensors built from shapes -------------------------------------------------------------
+# These depend on no tensor data. The converter runs them as IR ops (iota, constant) instead of folding
+# them into parameters carrying data; what is computed from them alone is still folded.
+def _fill(cx, value) -> Value:
+    dtype = cx.out_dtype
+    if isinstance(value, float) and not dtype.is_float and not value.is_integer():
+        raise Unsupported(f"fill value {value} for a {dtype} tensor")
+    return cx.b.constant(value, dtype, cx.out_shape)
+
+
+@converts(torch.full, A("full"))
+def full(cx, size, fill_value, **kwargs):
+    return _fill(cx, fill_value)
+
+
+@converts(torch.zeros, torch.empty, A("zeros"), A("empty"))
+def zeros(cx, *size, **kwargs):
+    return _fill(cx, 0)
+
+
+@converts(torch.ones, A("ones"))
+def ones(cx, *size, **kwargs):
+    return _fill(cx, 1)
+
+
+@converts(torch.zeros_like, torch.empty_like, "new_zeros", "new_empty", A("zeros_like"), A("empty_like"),
+          A("new_zeros"), A("new_empty"))
+def zeros_like(cx, x, *args, **kwargs):
+    return _fill(cx, 0)
+
+
+@converts(torch.ones_like, "new_ones", A("ones_like"), A("new_ones"))
+def ones_like(cx, x, *args, **kwargs):
+    return _fill(cx, 1)
+
+
+@converts(torch.full_like, A("full_like"))
+def full_like(cx, x, fill_value, **kwargs):
+    return _fill(cx, fill_value)
+
+
+@converts("new_full", A("new_full"))
+def new_full(cx, x, size, fill_value, **kwargs):
+    return _fill(cx, fill_value)
+
+
+@converts(torch.scalar_tensor, A("scalar_tensor"))
+def scalar_tensor(cx, value, **kwargs):
+    return _fill(cx, value)
+
+
+@converts(torch.arange, A("arange"))
+def arange(cx, start, end=None, step=1, **kwargs):
+    """start + step * iota, in integers (exact for float results when start and step are integers)."""
+    if end is None:
+        start, end = 0, start
+    if not all(isinstance(v, int) or (isinstance(v, float) and v.is_integer()) for v in (start, step)):
+        raise Unsupported(f"arange with a fractional start or step ({start}, {step})")
+    (count,) = cx.out_shape
+    y = cx.b.iota(shape=(count,), axis=0, dtype=DType.i64)
+    if step != 1:
+        y = cx.b.mul(y, cx.value(int(step), DType.i64))
+    if start != 0:
+        y = cx.b.add(y, cx.value(int(start), DType.i64))
+    return cx.cast(y, cx.out_dtype)
+
+
+SOURCES = {full, zeros, ones, zeros_like, ones_like, full_like, new_full, scalar_tensor, arange}
 
 
 # ----- tensors that depend only on another tensor's shape --------------------------------------------
