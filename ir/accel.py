@@ -4,8 +4,9 @@ An `Accelerator` is plain data (sizes in bytes, rates per cycle): a `pe_rows x p
 array running one dataflow (`ws` weight-, `os` output- or `is` input-stationary), a vector unit
 for elementwise and reduction work, an on-chip scratchpad, DRAM reached through `dma_engines`
 DMA engines sharing `dram_bytes_per_cycle` with `dram_latency` cycles per transfer, and whether
-transfers overlap compute (`double_buffer`). Optional per-access energies (pJ) give an energy
-estimate.
+transfers overlap compute (`double_buffer`). Optional per-access energies (pJ, Accelergy/ZigZag
+style: per MAC, per vector operation, per byte of DRAM read and write, per byte of scratchpad read
+and write for each operand, and static power) give an energy estimate by component.
 
 Two fields configure the memory model like SCALE-Sim's (`backends/sim/scalesim_config.py` builds
 such an accelerator from a SCALE-Sim config; preset `scalesim-calc`):
@@ -38,6 +39,25 @@ from .target import Target
 
 DATAFLOWS = ("ws", "os", "is")
 DRAM_MODELS = ("dma", "calc")
+OPERANDS = ("ifmap", "filter", "ofmap")
+# per-access energies (pJ): per MAC, per vector operation, per byte read or written in DRAM and in
+# the scratchpad per operand, and the static power (mW)
+ENERGY_FIELDS = ("mac_pj", "vector_op_pj", "dram_read_pj_per_byte", "dram_write_pj_per_byte",
+                 *(f"{o}_{rw}_pj_per_byte" for o in OPERANDS for rw in ("read", "write")), "leakage_mw")
+# shorthands a file may give instead: one value for both fields, or for every operand's
+ENERGY_SHORTHANDS = {"dram_pj_per_byte": ("dram_read_pj_per_byte", "dram_write_pj_per_byte"),
+                     "sram_read_pj_per_byte": tuple(f"{o}_read_pj_per_byte" for o in OPERANDS),
+                     "sram_write_pj_per_byte": tuple(f"{o}_write_pj_per_byte" for o in OPERANDS)}
+
+
+def expand_energy(table: dict[str, Any]) -> dict[str, Any]:
+    """An energy table with its shorthands (`ENERGY_SHORTHANDS`) spelled out; a field given itself wins."""
+    out = {k: v for k, v in table.items() if k not in ENERGY_SHORTHANDS}
+    for short, fields in ENERGY_SHORTHANDS.items():
+        if short in table:
+            for field in fields:
+                out.setdefault(field, table[short])
+    return out
 
 
 class AccelError(TilegraphError):
@@ -63,10 +83,18 @@ class Accelerator:
     clock_ghz: float = 1.0
     word_bytes: int = 4  # bytes per data word (tensor sizes come from their dtypes; exports to SCALE-Sim use it)
     dma_burst_bytes: int = 64
-    # energies per access (picojoules), 0 to leave out of the estimate
+    # energies per access (picojoules; see ENERGY_FIELDS), 0 to leave a component out of the estimate
     mac_pj: float = 0.0
     vector_op_pj: float = 0.0
-    dram_pj_per_byte: float = 0.0
+    dram_read_pj_per_byte: float = 0.0
+    dram_write_pj_per_byte: float = 0.0
+    ifmap_read_pj_per_byte: float = 0.0  # scratchpad, per operand: ifmap (activations), filter (weights),
+    ifmap_write_pj_per_byte: float = 0.0  # ofmap (results)
+    filter_read_pj_per_byte: float = 0.0
+    filter_write_pj_per_byte: float = 0.0
+    ofmap_read_pj_per_byte: float = 0.0
+    ofmap_write_pj_per_byte: float = 0.0
+    leakage_mw: float = 0.0  # static power while the accelerator runs (mW x ns = pJ)
     # memory model (see the module docstring): "dma" or SCALE-Sim's "calc"; partial sums per K fold
     dram_model: str = "dma"
     psum_writeback: bool = False
@@ -86,6 +114,11 @@ class Accelerator:
             raise AccelError(f"accelerator {self.name}: dram_bytes_per_cycle and clock_ghz must be positive")
         if self.dram_latency < 0:
             raise AccelError(f"accelerator {self.name}: dram_latency must be >= 0, got {self.dram_latency}")
+
+    @property
+    def dram_pj_per_byte(self) -> float:
+        """DRAM read energy per byte (the files' `dram_pj_per_byte` sets reads and writes alike)."""
+        return self.dram_read_pj_per_byte
 
     @property
     def pes(self) -> int:
@@ -131,7 +164,9 @@ class Accelerator:
 
 
 def accel_from_dict(data: dict[str, Any], default_name: str = "accel") -> Accelerator:
-    """Build an Accelerator from TOML data: top-level keys and the keys of any tables, flattened."""
+    """Build an Accelerator from TOML data: top-level keys and the keys of any tables, flattened
+    (energy shorthands such as `dram_pj_per_byte` spelled out)."""
+    data = {k: expand_energy(v) if isinstance(v, dict) else v for k, v in expand_energy(data).items()}
     return from_flat_toml(Accelerator, data, default_name, AccelError, "accelerator")
 
 

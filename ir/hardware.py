@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .accel import DATAFLOWS, DRAM_MODELS, Accelerator
+from .accel import DATAFLOWS, DRAM_MODELS, ENERGY_FIELDS, ENERGY_SHORTHANDS, Accelerator, expand_energy
 from .errors import TilegraphError
 from .system import KIND_ORDER, Device, Link, System, SystemSpecError, link_from_dict, parse_quantity
 from .target import KINDS as DEVICE_KINDS
@@ -69,6 +69,26 @@ class ComputeUnits:
 
 
 @dataclass(frozen=True)
+class Energy:
+    """Per-access energies of an accelerator (its `[energy]` table, Accelergy/ZigZag style), picojoules:
+    per MAC, per vector operation, per byte of DRAM and of scratchpad read and written (per operand:
+    ifmap, filter, ofmap), and static power in mW. `dram_pj_per_byte` and `sram_read/write_pj_per_byte`
+    in a file set both directions or every operand at once."""
+
+    mac_pj: float = 0.0
+    vector_op_pj: float = 0.0
+    dram_read_pj_per_byte: float = 0.0
+    dram_write_pj_per_byte: float = 0.0
+    ifmap_read_pj_per_byte: float = 0.0
+    ifmap_write_pj_per_byte: float = 0.0
+    filter_read_pj_per_byte: float = 0.0
+    filter_write_pj_per_byte: float = 0.0
+    ofmap_read_pj_per_byte: float = 0.0
+    ofmap_write_pj_per_byte: float = 0.0
+    leakage_mw: float = 0.0
+
+
+@dataclass(frozen=True)
 class PEArray:
     """A systolic array of processing elements, as the simulator models it (see `ir/accel.py`)."""
 
@@ -79,9 +99,7 @@ class PEArray:
     word_bytes: int = 4
     dram_model: str = "dma"
     psum_writeback: bool = False
-    mac_pj: float = 0.0
-    vector_op_pj: float = 0.0
-    dram_pj_per_byte: float = 0.0
+    energy: Energy = Energy()
 
 
 @dataclass(frozen=True)
@@ -176,8 +194,8 @@ class DeviceSpec:
             dma_engines=array.dma_engines, double_buffer=self.tile.double_buffer,
             vector_lanes=self.compute.vector_lanes, vector_ops_per_cycle=self.compute.vector_ops_per_cycle,
             clock_ghz=self.compute.clock_ghz, word_bytes=array.word_bytes, dma_burst_bytes=dram.line_bytes,
-            mac_pj=array.mac_pj, vector_op_pj=array.vector_op_pj, dram_pj_per_byte=array.dram_pj_per_byte,
-            dram_model=array.dram_model, psum_writeback=array.psum_writeback)
+            dram_model=array.dram_model, psum_writeback=array.psum_writeback,
+            **{k: getattr(array.energy, k) for k in ENERGY_FIELDS})
 
     def placement_device(self) -> Device:
         """What placement schedules on: roofline rates, the off-chip memory, the kinds it runs."""
@@ -241,7 +259,7 @@ _MEMORY_FIELDS = ("name", "bytes", "bandwidth", "latency", "line_bytes", "double
 _COMPUTE_FIELDS = ("units", "clock_ghz", "peak_flops", "kinds", "efficiency", "launch_overhead", "vector_bytes",
                    "vector_lanes", "vector_ops_per_cycle")
 _ARRAY_FIELDS = ("rows", "cols", "dataflow", "dma_engines", "word_bytes", "dram_model", "psum_writeback")
-_ENERGY_FIELDS = ("mac_pj", "vector_op_pj", "dram_pj_per_byte")
+_ENERGY_FIELDS = (*ENERGY_FIELDS, *ENERGY_SHORTHANDS)
 _GPU_FIELDS = ("shared_memory_per_block", "max_threads_per_block", "warp_size", "registers_per_block", "matrix_unit")
 _DEVICE_FIELDS = ("name", "kind", "description", "tile_memory", "memories", "compute", "array", "energy", "gpu")
 
@@ -288,11 +306,12 @@ def _device_from_dict(data: Mapping[str, Any], name: str) -> DeviceSpec:
         table, energy = r.table("array"), r.table("energy")
         r.check_keys(table, _ARRAY_FIELDS, "[array]")
         r.check_keys(energy, _ENERGY_FIELDS, "[energy]")
+        energy = expand_energy(dict(energy))
         try:
             array = PEArray(int(table["rows"]), int(table["cols"]), str(table["dataflow"]),
                             int(table.get("dma_engines", 2)), int(table.get("word_bytes", 4)),
                             str(table.get("dram_model", "dma")), bool(table.get("psum_writeback", False)),
-                            *(float(energy.get(k, 0.0)) for k in _ENERGY_FIELDS))
+                            Energy(**{k: float(energy.get(k, 0.0)) for k in ENERGY_FIELDS}))
         except KeyError as e:
             raise HardwareError(f"{r.where}: [array] lacks {e.args[0]}") from None
     if "gpu" in data:
@@ -394,6 +413,6 @@ def system_view(spec: DeviceSpec | SystemSpec) -> System:
     return spec.system()
 
 
-__all__ = ["Memory", "ComputeUnits", "PEArray", "GPUBlocks", "DeviceSpec", "SystemSpec", "HardwareError",
+__all__ = ["Memory", "ComputeUnits", "Energy", "PEArray", "GPUBlocks", "DeviceSpec", "SystemSpec", "HardwareError",
            "load_hardware", "load_view", "device_view", "system_view", "device_from_dict", "system_spec_from_dict",
            "is_hardware_format", "presets", "preset_names"]

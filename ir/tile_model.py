@@ -86,8 +86,10 @@ def moves(access: Access, trips: np.ndarray, order: Sequence[int]) -> np.ndarray
     return count
 
 
-def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray) -> Costs:
-    """Working set, traffic (best loop order) and parallelism of every candidate tiling."""
+def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray,
+             counted: frozenset[str] | None = None) -> Costs:
+    """Working set, traffic (best loop order) and parallelism of every candidate tiling; with
+    `counted`, the traffic of those tensors only (the working set still holds every tile)."""
     extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
     trips = np.ceil(extents[None, :] / tiles) if len(extents) else np.ones((tiles.shape[0], 0))
     working = np.zeros(tiles.shape[0])
@@ -98,7 +100,8 @@ def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray) -> Costs:
         else:
             size = footprint(access, tiles, target.line_bytes)
             working += target.buffers * size
-            offchip.append((access, size))
+            if counted is None or access.value.name in counted:
+                offchip.append((access, size))
     orders = loop_orders(domain)
     traffic = np.stack([sum((moves(a, trips, order) * size for a, size in offchip), np.zeros(tiles.shape[0]))
                         for order in orders])

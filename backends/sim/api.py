@@ -10,11 +10,9 @@ reported apart). `tilegraph.simulation.prepare` runs it through the PassManager.
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from tilegraph.ir.accel import Accelerator, load_accel
-from tilegraph.ir.graph import Graph
 from tilegraph.ir.program import Program
 
 from .commands import lower
@@ -63,4 +61,4 @@ def simulate(program: Program, accel: Accelerator | str | Path) -> SimReport:
     accel = load_accel(accel)
     lowered = lower(program, accel)
     timeline = run(lowered.commands, accel)
-    return build_report(lowered, timeline, accel, program.memory_plan.capacity, plan_notes(program))
+    return build_report(lowered, timeline, accel, program.memory_plan.capacity, plan_notes(program), program)

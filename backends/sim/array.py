@@ -13,7 +13,9 @@ The array runs ceil(S_r / rows) * ceil(S_c / cols) folds back to back. A fold co
 `T + rows + cols - 2` cycles in os (skewed operands flow in from two edges while the outputs
 drain) and `2 * rows + cols + T - 2` cycles in ws and is (the stationary operand is first shifted
 in over `rows` cycles). The whole layer is one cycle shorter, as SCALE-Sim counts it (its cycle
-numbering starts at zero), and never shorter than the MAC bound `MACs / PEs`.
+numbering starts at zero), and never shorter than the MAC bound `MACs / PEs`. `sram_accesses`
+counts the words the folds move between the array and its SRAMs (for the energy estimate); which
+words DRAM supplies is `demand`'s business.
 """
 from __future__ import annotations
 
@@ -77,28 +79,18 @@ def mapping_efficiency(gemm: Gemm, rows: int, cols: int, dataflow: str) -> float
     return s_r * s_c / (folds(gemm, rows, cols, dataflow) * rows * cols)
 
 
-def operand_reads(gemm: Gemm, rows: int, cols: int, dataflow: str, ifmap_bytes: int, filter_bytes: int,
-                  capacity: int, word_bytes: int = 4, halo_bytes: int = 0) -> tuple[int, int]:
-    """DRAM bytes of (ifmap, filter) when each streams through a buffer of `capacity` bytes in
-    SCALE-Sim's fold order: column folds outer, row folds inner.
-
-    The operand indexed by the inner folds alone (os and ws: the ifmap; is: the filter) is swept
-    whole once per column fold, so it is re-read per column fold when it exceeds the buffer. An os
-    sweep reads the ifmap's words once, plus `halo_bytes` (what a row fold's conv windows share
-    with the previous fold's) each time the double buffer swaps halves within the sweep, as the
-    swap leaves the halo behind; a ws sweep reads the whole im2col matrix, M x K words, because a K fold of a conv
-    revisits an input word only after a whole window position's channels (about the ifmap) have
-    streamed. The os filter's column slice is reused across the row folds unless the slice exceeds
-    the buffer; an operand indexed by both (ws filter, is ifmap) is read once. Per GEMM repeat.
-    """
-    spatial_rows, spatial_cols, _ = spatio_temporal(gemm, dataflow)
-    r_folds, c_folds = math.ceil(spatial_rows / rows), math.ceil(spatial_cols / cols)
-    a, b = ifmap_bytes // gemm.repeats, filter_bytes // gemm.repeats
+def sram_accesses(gemm: Gemm, rows: int, cols: int, dataflow: str) -> tuple[int, int, int]:
+    """Words the array reads from the ifmap and filter SRAMs and writes to the ofmap SRAM, as SCALE-Sim
+    counts them: every fold reads its streamed operand and its stationary block once, so the
+    operand indexed by the column folds alone is read once per column fold (os: the filter once per
+    row fold); the outputs are written once per fold of the reduction over the rows (ws, is)."""
+    m, n, k = gemm.m, gemm.n, gemm.k
     if dataflow == "os":
-        sweep = a + (math.ceil(a / capacity) - 1) * (halo_bytes // gemm.repeats)
-        a_reads, b_reads = (c_folds * sweep if a > capacity else a), b * (r_folds if b / c_folds > capacity else 1)
+        words = (m * k * math.ceil(n / cols), k * n * math.ceil(m / rows), m * n)
     elif dataflow == "ws":
-        a_reads, b_reads = (c_folds * max(a, gemm.m * gemm.k * word_bytes) if a > capacity else a), b
-    else:  # is (spatio_temporal refused any other dataflow)
-        a_reads, b_reads = a, b * (c_folds if b > capacity else 1)
-    return a_reads * gemm.repeats, b_reads * gemm.repeats
+        words = (m * k * math.ceil(n / cols), k * n, m * n * math.ceil(k / rows))
+    elif dataflow == "is":
+        words = (m * k, k * n * math.ceil(m / cols), m * n * math.ceil(k / rows))
+    else:
+        raise ValueError(f"unknown dataflow {dataflow!r} (ws, os, is)")
+    return tuple(w * gemm.repeats for w in words)

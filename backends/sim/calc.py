@@ -12,8 +12,9 @@ the last `remainder` bytes, 1 to half an operand SRAM, become timed stores after
 the others stay where they were, untimed. Every byte still counts as DRAM traffic.
 
 The operand SRAM's active half, in whole bursts (SCALE-Sim's sets), is also what the array's
-operands stream through: an operand bigger than it is re-read in SCALE-Sim's fold order
-(`array.operand_reads`), which `operand_moves` adds to the kernel's loads.
+operands stream through: each array operand is fetched as often as SCALE-Sim's buffer fetches it
+in its dataflow's order (`demand.operand_reads`), which `operand_moves` puts in place of the
+kernel's loads of it; `result_moves` writes each result once, as SCALE-Sim's ofmap buffer does.
 """
 from __future__ import annotations
 
@@ -21,13 +22,11 @@ import dataclasses
 from typing import Protocol
 
 from tilegraph.ir.accel import Accelerator
-from tilegraph.ir.graph import Node
-from tilegraph.ir.ops.registry import WINDOW
 from tilegraph.ir.program import Kernel
 
-from .array import operand_reads
+from .demand import operand_reads
 from .moves import Move
-from .workload import node_gemm, runs_on_array
+from .workload import runs_on_array
 
 
 class _Step(Protocol):
@@ -42,53 +41,71 @@ def active_bytes(accel: Accelerator) -> int:
     return max(accel.dma_burst_bytes, half - half % accel.dma_burst_bytes)
 
 
-def conv_fold_halo(node: Node, rows: int) -> int:
-    """Input elements (all groups) a conv's first os row fold (`rows` output pixels, raster order)
-    shares with the second: the window halo re-read when a buffer swap falls between them."""
-    if node.opdef.category != WINDOW or not runs_on_array(node):
-        return 0
-    n, c, h, w = node.inputs[0].type.shape
-    kh, kw = node.inputs[1].type.shape[2:]
-    oh, ow = node.results[0].type.shape[2:]
-    (sh, sw), (ph, pw), (dh, dw) = node.attrs["stride"], node.attrs["padding"], node.attrs["dilation"]
-
-    def footprint(first: int) -> set[tuple[int, int, int]]:
-        pixels = range(first, min(first + rows, n * oh * ow))
-        return {(p // (oh * ow), ih, iw) for p in pixels for i in range(kh) for j in range(kw)
-                for ih, iw in [((p // ow) % oh * sh - ph + i * dh, p % ow * sw - pw + j * dw)]
-                if 0 <= ih < h and 0 <= iw < w}
-    return len(footprint(0) & footprint(rows)) * c
-
-
 def operand_moves(kernel: Kernel, moves: list[Move], accel: Accelerator, streamed: frozenset[str]) -> list[Move]:
-    """The kernel's loads with every array operand read as often as SCALE-Sim's fold order needs.
+    """The kernel's loads with every array operand read as SCALE-Sim's buffers fetch it (`demand`).
 
-    An operand the plan keeps (resident or loaded here) is read once more per extra pass; a
-    streamed operand's tile traffic is replaced by its passes beyond the compulsory bytes.
-    Re-reads count as streamed traffic (not compulsory, not the plan's).
+    A streamed operand's tile traffic is replaced by what the buffer fetches: its compulsory bytes
+    up to that, the rest as re-reads. An operand loaded here whole is fetched as the buffer says:
+    fewer bytes when windows skip words (a strided 1x1 conv), re-reads beyond it otherwise; one the
+    plan keeps resident is re-read beyond one pass. Re-reads count as streamed traffic.
     """
     inputs = {v.name: v for v in kernel.inputs}
-    passes: dict[str, int] = {}
+    fetched: dict[str, int] = {}
     for node in kernel.nodes:
         if not runs_on_array(node):
             continue
-        a, b = node.inputs[0], node.inputs[1]
-        word = a.type.nbytes // max(1, a.type.numel)
-        halo = conv_fold_halo(node, accel.pe_rows) * word if accel.dataflow == "os" else 0
-        reads = operand_reads(node_gemm(node), accel.pe_rows, accel.pe_cols, accel.dataflow, a.type.nbytes,
-                              b.type.nbytes, active_bytes(accel), word, halo)
-        for value, size in zip((a, b), reads):
+        word = node.inputs[0].type.nbytes // max(1, node.inputs[0].type.numel)
+        words = operand_reads(node, accel.pe_rows, accel.pe_cols, accel.dataflow, active_bytes(accel) // word)
+        for value, count in zip(node.inputs[:2], words):
             if value.name in inputs:
-                passes[value.name] = passes.get(value.name, 0) + size
-    if not passes:
+                size = count * (value.type.nbytes // max(1, value.type.numel))
+                fetched[value.name] = fetched.get(value.name, 0) + size
+    if not fetched:
         return moves
-    kept = [m for m in moves if not (m.tensor in passes and m.tensor in streamed and not m.compulsory)]
-    for tensor, size in passes.items():
-        first = sum(m.bytes for m in kept if m.tensor == tensor and m.compulsory) if tensor in streamed \
-            else inputs[tensor].type.nbytes
+    out = [m for m in moves if not (m.tensor in fetched and (m.compulsory or m.tensor in streamed))]
+    for tensor, size in fetched.items():
+        loaded = [m for m in moves if m.tensor == tensor and m.compulsory]
+        first = sum(m.bytes for m in loaded) if loaded or tensor in streamed else inputs[tensor].type.nbytes
+        if loaded:
+            out += _scaled(loaded, min(size, first))
         if size > first:
-            kept.append(Move(tensor, size - first, streamed=True))
-    return kept
+            out.append(Move(tensor, size - first, streamed=True))
+    return out
+
+
+def _scaled(moves: list[Move], total: int) -> list[Move]:
+    """`moves` (of one tensor) shrunk in proportion so that their bytes add up to `total`."""
+    have = sum(m.bytes for m in moves)
+    if have == total or have == 0:
+        return list(moves)
+    out, done = [], 0
+    for i, m in enumerate(moves):
+        size = total - done if i == len(moves) - 1 else m.bytes * total // have
+        out.append(dataclasses.replace(m, bytes=size))
+        done += size
+    return out
+
+
+def result_moves(kernel: Kernel, moves: list[Move]) -> list[Move]:
+    """The kernel's stores with each of its results written once, as SCALE-Sim's ofmap buffer
+    does: the tile traffic of a streamed result (partial tiles of a split reduction stored and
+    stored again) becomes one write of the result; other stores (spills) stay."""
+    outputs = {v.name: v for v in kernel.outputs}
+    mine = [m for m in moves if m.tensor in outputs and not m.psum]
+    if not mine:
+        return moves
+    out = [m for m in moves if m not in mine]
+    for name, value in outputs.items():
+        wrote = [m for m in mine if m.tensor == name]
+        if not wrote:
+            continue
+        compulsory = sum(m.bytes for m in wrote if m.compulsory)
+        once = min(value.type.nbytes, sum(m.bytes for m in wrote))
+        if compulsory:
+            out.append(Move(name, min(compulsory, once), compulsory=True))
+        if once > compulsory:
+            out.append(Move(name, once - compulsory, streamed=any(m.streamed for m in wrote)))
+    return out
 
 
 def drain_remainder(written: int, half: int) -> int:

@@ -14,21 +14,27 @@ Dependencies: compute(g) needs its loads and, with B buffers (2 when double-buff
 output buffer freed by the stores of step g - B; store(g) needs compute(g); a reload needs the
 spill of the same tensor; the first step of a kernel waits for the last compute of the previous
 kernel. Load(g) needs the compute that frees its staging space (`prefetch_limits`): the previous
-step when single-buffered; when double-buffered two steps back, or further back while the loads
-in between fit in half the scratchpad, so transfers run ahead across steps and kernels. Commands
-are issued per step: compute(g), store(g), then the loads that waited for compute(g).
+step when single-buffered, two steps back when double-buffered (also across kernels). Commands
+are issued per step: compute(g), store(g), then the loads of step g + 2 (and reloads after their
+spills). The issue order, and so the order in which transfers reach DRAM, depends only on the
+steps, not on the buffering, the scratchpad's size or the DRAM's speed: with one command stream,
+more bandwidth can only make commands earlier (`engine`), and so can weaker dependencies (double
+buffering's).
 
-The DRAM bytes of the stream are exactly the plan's load and store events (compulsory first
-loads and output stores, plus spills and reloads; weights are planned tensors, `weights=True`),
+The DRAM bytes of the stream are the plan's load and store events (compulsory first loads and
+output stores, plus spills and reloads; weights are planned tensors, `weights=True`), a load
+moving only the elements the kernels read (`footprint`: a stride-2 1x1 conv reads a quarter of
+its input),
 plus the tile traffic of tensors too big for the scratchpad, which `prepare` left out of the
 plan to stream them (`streaming`): read by every consumer's tiles, written by its producer's;
 plus, with `psum_writeback`, the partial sums of every fold of K over the array rows but the last
 (ws and is), stored with the kernel's results.
 
-With `dram_model = "calc"`, array operands are read as often as SCALE-Sim's fold order through
-its operand SRAMs needs (`calc.operand_moves`), the moves of each kernel are re-timed by
-`calc.calc_moves` (operand fills before step 0, free refills, the ofmap remainder drained after
-the last step), and each loaded tensor has its own read port, the results one write port.
+With `dram_model = "calc"`, array operands are read as SCALE-Sim's operand buffers fetch them in
+its fold order (`calc.operand_moves`), each result is written once (`calc.result_moves`), the
+moves of each kernel are re-timed by `calc.calc_moves` (operand fills before step 0, free
+refills, the ofmap remainder drained after the last step), and each loaded tensor has its own
+read port, the results one write port.
 """
 from __future__ import annotations
 
@@ -42,12 +48,14 @@ from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.program import Kernel, Program
 
 from .array import array_cycles, spatio_temporal
-from .calc import calc_moves, operand_moves
+from .calc import calc_moves, operand_moves, result_moves
+from .footprint import read_bytes
 from .moves import Move
 from .streaming import stream_events, streamed_tensors
 from .workload import KernelWork, kernel_work, node_gemm, runs_on_array
 
 DMA_KINDS = ("load", "store")
+ISSUE_AHEAD = 2  # a step's loads are issued after the compute this many steps back, whatever the buffering
 COMPUTE_KINDS = ("array", "vector")
 
 
@@ -121,9 +129,15 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
     if missing or len(plan.order) != len(program.kernels):
         raise SimError(f"the memory plan's order does not match the program's kernels (unknown: {missing[:3]})")
     loads, stores = defaultdict(list), defaultdict(list)
+    touched, sizes = read_bytes(program), {v.name: v.type.nbytes for v in program.tensors()}
     for e in plan.events:
-        (loads if e.kind == "load" else stores)[e.step].append(Move(e.tensor, e.bytes, e.compulsory))
-    streams = stream_events(program, accel.dma_burst_bytes)
+        size = e.bytes * touched.get(e.tensor, sizes[e.tensor]) // max(1, sizes[e.tensor]) if e.kind == "load" \
+            else e.bytes
+        (loads if e.kind == "load" else stores)[e.step].append(Move(e.tensor, size, e.compulsory))
+    # double-buffered tiles whatever the buffering: the tiles' traffic must not depend on it; under
+    # calc the array's operands and results are moved as SCALE-Sim's buffers do instead
+    streams = stream_events(program, dataclasses.replace(accel.tiling_target(), double_buffer=True),
+                            search=accel.dram_model != "calc")
     for t, name in enumerate(plan.order):
         for kind, tensor, size, comp, streamed in streams.get(name, ()):
             (loads if kind == "load" else stores)[t].append(Move(tensor, size, comp, streamed))
@@ -145,7 +159,8 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
             else:
                 mine[0].loads.append(move)
         psums = [Move(tensor, size, psum=True) for tensor, size in psum_bytes(kernel, accel)]
-        for move in stores[t] + psums:
+        kernel_stores = result_moves(kernel, stores[t]) if accel.dram_model == "calc" else stores[t]
+        for move in kernel_stores + psums:
             if move.tensor in writes or move.psum:
                 for s in range(n):
                     mine[s].stores.append(dataclasses.replace(move, bytes=share(move.bytes, n, s)))
@@ -161,24 +176,12 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
 
 
 def prefetch_limits(steps: list[_Step], accel: Accelerator) -> list[int]:
-    """Per step g: the step whose compute must finish before g's loads may start (-1: none).
-
-    Single-buffered: the previous step (its buffer is reused). Double-buffered: two steps back
-    (the tiles' double buffer), or further while the loads of the steps in between fit in the
-    prefetch budget, half the scratchpad: loads run ahead as far as there is room to stage them.
-    """
-    if not accel.double_buffer:
-        return [g - 1 for g in range(len(steps))]
-    budget = accel.scratchpad_bytes // 2
-    sizes = [sum(m.bytes for m in step.loads if m.timed) for step in steps]
-    limits, k, window = [], -1, 0  # window: load bytes of steps k+1..g
-    for g, size in enumerate(sizes):
-        window += size
-        while window > budget and k < g - 1:
-            k += 1
-            window -= sizes[k]
-        limits.append(min(g - 2, k))
-    return limits
+    """Per step g: the step whose compute must finish before g's loads may start (-1: none): the
+    previous step when single-buffered, two steps back when double-buffered (its tile buffer is
+    free again). Fixed by the buffering alone, so the order in which transfers reach DRAM does not
+    depend on the scratchpad's size."""
+    back = 2 if accel.double_buffer else 1
+    return [g - back for g in range(len(steps))]
 
 
 def lower(program: Program, accel: Accelerator) -> Lowered:
@@ -199,7 +202,7 @@ def lower(program: Program, accel: Accelerator) -> Lowered:
             if move.bytes <= 0:
                 continue
             spill = max((s for s in stored_at.get(move.tensor, ()) if s < g), default=-1)
-            issue_after[max(limits[g], spill)].append((g, move))
+            issue_after[max(g - ISSUE_AHEAD, spill)].append((g, move))
     raw: list[dict] = []  # command fields; a dep is an id, or ("compute", g) for step g's last compute
     final_compute: list[int] = []
     step_loads: dict[int, list[int]] = defaultdict(list)

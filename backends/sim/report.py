@@ -4,16 +4,20 @@ The timeline is cut into one window per kernel (from the end of the previous ker
 the end of its own last compute command; the last window runs to the end of the last store), so
 the kernels' cycles add up to the total. Inside a window every cycle is
 `compute` (the PE array or the vector unit busy), `dma` (only DMA busy: exposed transfer time) or
-`stall` (nothing busy: waiting out DRAM latency).
+`stall` (nothing busy: waiting out DRAM latency). Every kernel's energy is broken down by
+component (`energy`), and the report's is their sum.
 """
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 
 from tilegraph.ir.accel import Accelerator
+from tilegraph.ir.program import Program
 
 from .commands import COMPUTE_KINDS, DMA_KINDS, Lowered
+from .energy import Energy, kernel_accesses
 from .engine import Timed
 
 
@@ -36,6 +40,7 @@ class KernelSim:
     steps: int
     read_bytes: int
     write_bytes: int
+    energy: Energy = Energy()  # by component (`energy.Energy`)
 
     @property
     def cycles(self) -> int:
@@ -67,6 +72,7 @@ class SimReport:
     plan_capacity: int
     notes: tuple[str, ...] = ()
     write_psum: int = 0  # partial sums written back per fold of K (`psum_writeback`)
+    energy: Energy = Energy()  # by component, the kernels' added
 
     @property
     def time_s(self) -> float:
@@ -125,8 +131,8 @@ class SimReport:
 
     @property
     def energy_pj(self) -> float:
-        a = self.accel
-        return self.macs * a.mac_pj + self.vector_ops * a.vector_op_pj + self.dram_bytes * a.dram_pj_per_byte
+        """All components of the energy estimate (`energy`), picojoules."""
+        return self.energy.total
 
 
 def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -174,7 +180,8 @@ class _Cover:
 
 
 def build_report(lowered: Lowered, timeline: tuple[Timed, ...], accel: Accelerator, plan_capacity: int,
-                 notes: tuple[str, ...] = ()) -> SimReport:
+                 notes: tuple[str, ...] = (), program: Program | None = None) -> SimReport:
+    """The report of one timeline; with the `program`, also the energy of every kernel by component."""
     compute = _union([(t.start, t.end) for t in timeline if t.command.kind in COMPUTE_KINDS])
     dma = _union([(t.bus_start, t.bus_end) for t in timeline if t.command.kind in DMA_KINDS])
     c_cover, d_cover, both = _Cover(compute), _Cover(dma), _Cover(_intersect(compute, dma))
@@ -196,6 +203,10 @@ def build_report(lowered: Lowered, timeline: tuple[Timed, ...], accel: Accelerat
         kernels.append(KernelSim(work.name, work.ops, start, end, busy, exposed, end - start - busy - exposed,
                                  arr, vec, work.macs, work.flops, work.tiles, work.steps, rd, wr))
         start = end
+    if program is not None:
+        accesses = kernel_accesses(program, accel, timeline, {k.name: k.cycles for k in kernels},
+                                   {w.name: (w.macs, w.vector_ops) for w in lowered.works})
+        kernels = [dataclasses.replace(k, energy=accesses[k.name].energy(accel)) for k in kernels]
     sums = {(kind, how): 0 for kind in DMA_KINDS for how in ("compulsory", "plan", "stream", "psum")}
     for t in timeline:
         c = t.command
@@ -205,7 +216,8 @@ def build_report(lowered: Lowered, timeline: tuple[Timed, ...], accel: Accelerat
     return SimReport(accel, cycles, tuple(kernels), timeline, sums["load", "compulsory"], sums["load", "plan"],
                      sums["store", "compulsory"], sums["store", "plan"], sums["load", "stream"],
                      sums["store", "stream"], sum(w.macs for w in lowered.works),
-                     sum(w.vector_ops for w in lowered.works), plan_capacity, notes, sums["store", "psum"])
+                     sum(w.vector_ops for w in lowered.works), plan_capacity, notes, sums["store", "psum"],
+                     sum((k.energy for k in kernels), Energy()))
 
 
 def _bytes(n: float) -> str:
@@ -247,7 +259,9 @@ def format_sim_report(report: SimReport) -> str:
                f"{_bytes(report.write_spill)} spill, {_bytes(report.write_stream)} streamed"
                + (f", {_bytes(report.write_psum)} partial sums" if report.write_psum else "") + ")")
     if report.energy_pj:
-        out.append(f"energy: {report.energy_pj / 1e6:.3f} uJ (MACs, vector ops, DRAM)")
+        parts = [(name, pj) for name, pj in report.energy.components().items() if pj]
+        out.append(f"energy: {report.energy_pj / 1e6:.3f} uJ = "
+                   + ", ".join(f"{name.replace('_', ' ')} {pj / 1e6:.3f}" for name, pj in parts))
     out.append(f"memory plan capacity: {_bytes(report.plan_capacity)} (scratchpad {_bytes(a.scratchpad_bytes)})")
     out += [f"note: {n}" for n in report.notes]
     return "\n".join(out)

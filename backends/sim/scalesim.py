@@ -8,7 +8,9 @@ impossible (no network, no venv module) `ScaleSimUnavailable` says why.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -37,6 +39,7 @@ class ScaleSimLayer:
     dram_ifmap_reads: int
     dram_filter_reads: int
     dram_ofmap_writes: int
+    wall_s: float = 0.0  # SCALE-Sim's wall seconds for this layer (when it ran)
 
     @property
     def dram_reads(self) -> int:
@@ -45,7 +48,7 @@ class ScaleSimLayer:
 
 @dataclass(frozen=True)
 class ScaleSimRun:
-    """SCALE-Sim's results per layer (topology order) for one dataflow, and its wall seconds."""
+    """SCALE-Sim's results per layer (topology order) for one dataflow, and its wall seconds (their sum)."""
 
     dataflow: str
     layers: tuple[ScaleSimLayer, ...]
@@ -94,49 +97,92 @@ def scalesim_python() -> Path:
     return python
 
 
-RUNNER = r'''
-import json, sys, time
+RUNNER = r"""
+import json, os, sys, time
 from scalesim.scale_sim import scalesim
 spec = json.load(open(sys.argv[1]))
-out = {}
-for df, cfg_text in spec["configs"].items():
-    cfg = f"{spec['dir']}/{df}.cfg"
-    open(cfg, "w").write(cfg_text)
+for job in spec["jobs"]:
+    work = job["dir"]
+    os.makedirs(work, exist_ok=True)
+    cfg, topo, layout = (os.path.join(work, name) for name in ("scale.cfg", "topo.csv", "layout.csv"))
+    open(cfg, "w").write(job["cfg"])
+    open(topo, "w").write(job["topology"])
+    # SCALE-Sim reads a layout file even when custom layouts are off; its values are unused then
+    open(layout, "w").write("layout,\nL," + "1," * 20 + "\n")
     start = time.perf_counter()
-    s = scalesim(save_disk_space=True, verbose=False, config=cfg, topology=spec["topology"], layout=spec["layout"])
-    s.run_scale(top_path=f"{spec['dir']}/out_{df}")
+    s = scalesim(save_disk_space=True, verbose=False, config=cfg, topology=topo, layout=layout)
+    s.run_scale(top_path=os.path.join(work, "out"))
     wall = time.perf_counter() - start
-    def rows(name):
-        lines = open(f"{spec['dir']}/out_{df}/tg/{name}").read().strip().splitlines()[1:]
-        return [[float(x) for x in line.split(",") if x.strip()] for line in lines]
-    out[df] = {"wall": wall, "compute": rows("COMPUTE_REPORT.csv"), "access": rows("DETAILED_ACCESS_REPORT.csv")}
-print(json.dumps(out))
-'''
+    def row(name):
+        line = open(os.path.join(work, "out", "tg", name)).read().strip().splitlines()[1]
+        return [float(x) for x in line.split(",") if x.strip()]
+    result = {"wall": wall, "compute": row("COMPUTE_REPORT.csv"), "access": row("DETAILED_ACCESS_REPORT.csv")}
+    tmp = job["result"] + ".tmp"
+    json.dump(result, open(tmp, "w"))
+    os.replace(tmp, job["result"])
+"""
 
 
-def _layer(compute: list[float], access: list[float]) -> ScaleSimLayer:
+def _layer(result: dict) -> ScaleSimLayer:
+    compute, access = result["compute"], result["access"]
     # COMPUTE_REPORT: LayerID, Total Cycles (incl. prefetch), Total Cycles, Stall Cycles, ...
     # DETAILED_ACCESS_REPORT: LayerID, 3 x SRAM (start, stop, count), then DRAM ifmap, filter, ofmap
     return ScaleSimLayer(int(compute[2]), int(compute[1]), int(compute[3]), int(access[12]), int(access[15]),
-                         int(access[18]))
+                         int(access[18]), float(result["wall"]))
+
+
+def results_dir() -> Path:
+    """Where SCALE-Sim's per-layer results are cached (TILEGRAPH_SCALESIM_RESULTS, else the user cache)."""
+    given = os.environ.get("TILEGRAPH_SCALESIM_RESULTS")
+    return Path(given) if given else venv_dir().parent / "scalesim-results"
+
+
+def job_key(layer: ConvLayer, config: ScaleSimConfig) -> str:
+    """A layer's cache key: its topology row (without its name) and the whole config text."""
+    text = PACKAGES[0] + "\n" + ConvLayer("L", *dataclasses.astuple(layer)[1:]).topology_row() + config.cfg_text()
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 def run_scalesim(layers: list[ConvLayer] | tuple[ConvLayer, ...], config: ScaleSimConfig,
-                 dataflows: tuple[str, ...] = ("os", "ws", "is")) -> dict[str, ScaleSimRun]:
-    """SCALE-Sim's reports for every layer under each dataflow (config's other fields as given)."""
-    python = scalesim_python()
+                 dataflows: tuple[str, ...] = ("os", "ws", "is"), workers: int = 1,
+                 cache: bool = True) -> dict[str, ScaleSimRun]:
+    """SCALE-Sim's reports for every layer under each dataflow (config's other fields as given).
+
+    Each layer runs alone (its own topology file), so every layer has its own wall time; with
+    `cache`, a finished layer's result is kept in `results_dir()` and not run again (its wall time
+    is the one measured when it ran). `workers` SCALE-Sim processes share the layers.
+    """
+    store = results_dir()
+    store.mkdir(parents=True, exist_ok=True)
+    jobs: dict[tuple[str, int], Path] = {}
+    todo = []
     with tempfile.TemporaryDirectory() as tmp:
-        topo, layout, spec = Path(tmp, "topo.csv"), Path(tmp, "layout.csv"), Path(tmp, "spec.json")
-        topo.write_text(topology_text(layers))
-        # SCALE-Sim reads a layout file even when custom layouts are off; its values are unused then
-        layout.write_text("layout,\n" + "".join(f"{layer.name}," + "1," * 20 + "\n" for layer in layers))
-        spec.write_text(json.dumps({"dir": tmp, "topology": str(topo), "layout": str(layout),
-                                    "configs": {df: replace(config, dataflow=df).cfg_text() for df in dataflows}}))
-        runner = Path(tmp, "runner.py")
-        runner.write_text(RUNNER)
-        done = subprocess.run([str(python), str(runner), str(spec)], capture_output=True, text=True, cwd=tmp)
-        if done.returncode != 0:
-            raise RuntimeError(f"SCALE-Sim failed:\n{done.stderr[-3000:]}")
-        data = json.loads(done.stdout.strip().splitlines()[-1])
-    return {df: ScaleSimRun(df, tuple(_layer(c, a) for c, a in zip(data[df]["compute"], data[df]["access"])),
-                            data[df]["wall"]) for df in dataflows}
+        for df in dataflows:
+            cfg = replace(config, dataflow=df)
+            for i, layer in enumerate(layers):
+                path = store / f"{job_key(layer, cfg)}.json"
+                jobs[df, i] = path
+                if not (cache and path.exists()):
+                    todo.append({"dir": str(Path(tmp, f"{df}{i}")), "cfg": cfg.cfg_text(), "result": str(path),
+                                 "topology": topology_text([ConvLayer("L", *dataclasses.astuple(layer)[1:])])})
+        if todo:
+            python = scalesim_python()
+            runner = Path(tmp, "runner.py")
+            runner.write_text(RUNNER)
+            procs = []
+            for w in range(max(1, min(workers, len(todo)))):
+                spec = Path(tmp, f"spec{w}.json")
+                spec.write_text(json.dumps({"jobs": todo[w::max(1, min(workers, len(todo)))]}))
+                procs.append(subprocess.Popen([str(python), str(runner), str(spec)], cwd=tmp, text=True,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            errors = [p.communicate()[1] for p in procs if p.wait() != 0]
+            if errors:
+                raise RuntimeError(f"SCALE-Sim failed:\n{errors[0][-3000:]}")
+    out = {}
+    for df in dataflows:
+        found = tuple(_layer(json.loads(jobs[df, i].read_text())) for i in range(len(layers)))
+        out[df] = ScaleSimRun(df, found, sum(layer.wall_s for layer in found))
+    if not cache:
+        for path in jobs.values():
+            path.unlink(missing_ok=True)
+    return out

@@ -10,6 +10,7 @@ its CALC interface (`dram_model = "calc"`), its per-fold partial-sum writes (`ps
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from tilegraph.ir import GraphBuilder
 from tilegraph.ir.accel import DATAFLOWS, Accelerator, AccelError
@@ -78,9 +79,22 @@ UseRamulatorTrace: False
 """
 
 
+def out_size(size: int, window: int, stride: int) -> int:
+    """SCALE-Sim's output size along one axis: ceil((H - F + S) / S) (no padding; a last window may
+    hang over the edge, and its missing words are never read)."""
+    return -(-(size - window + stride) // stride)
+
+
+def overhang_padding(size: int, window: int, stride: int) -> int:
+    """The symmetric padding that gives our conv2d SCALE-Sim's output size on the same input:
+    half the last window's overhang, rounded up (0 when the windows fit)."""
+    overhang = (out_size(size, window, stride) - 1) * stride + window - size
+    return -(-overhang // 2)
+
+
 @dataclass(frozen=True)
 class ConvLayer:
-    """One row of a SCALE-Sim conv topology (unpadded)."""
+    """One row of a SCALE-Sim conv topology (unpadded; SCALE-Sim's output-size convention)."""
 
     name: str
     ifmap_h: int
@@ -93,7 +107,8 @@ class ConvLayer:
 
     @classmethod
     def gemm(cls, name: str, m: int, k: int, n: int) -> ConvLayer:
-        """The GEMM (M x K) @ (K x N) as SCALE-Sim runs it: a 1 x M image, K channels, N 1x1 filters."""
+        """The GEMM (M x K) @ (K x N) as SCALE-Sim runs it: a 1 x M image, K channels, N 1x1 filters
+        (the same addresses as its GEMM input mode's M x K image under 1 x K filters)."""
         return cls(name, 1, m, 1, 1, k, n, 1)
 
     @property
@@ -101,10 +116,13 @@ class ConvLayer:
         return self.ifmap_h == 1 and self.filter_h == self.filter_w == 1 and self.stride == 1
 
     @property
+    def out_hw(self) -> tuple[int, int]:
+        return (out_size(self.ifmap_h, self.filter_h, self.stride), out_size(self.ifmap_w, self.filter_w, self.stride))
+
+    @property
     def shape(self) -> Gemm:
         """The layer's GEMM: M output pixels, N filters, K window terms."""
-        oh = (self.ifmap_h - self.filter_h) // self.stride + 1
-        ow = (self.ifmap_w - self.filter_w) // self.stride + 1
+        oh, ow = self.out_hw
         return Gemm(oh * ow, self.filters, self.channels * self.filter_h * self.filter_w)
 
     def topology_row(self) -> str:
@@ -112,14 +130,34 @@ class ConvLayer:
                                   self.channels, self.filters, self.stride))) + ",\n"
 
     def graph(self) -> Graph:
-        """The layer in our IR: a matmul for a GEMM layer, else an unpadded conv2d (f32)."""
+        """The layer in our IR (f32): a matmul for a GEMM layer, else a conv2d on the same input with
+        SCALE-Sim's output size: where its last window hangs over the edge, symmetric padding of half
+        the overhang (rounded up) gives the same output size and reads the same input words."""
         b = GraphBuilder(self.name)
         if self.is_gemm:
             x, w = b.input("x", (self.ifmap_w, self.channels)), b.param("w", (self.channels, self.filters))
             return b.output(b.matmul(x, w))
         x = b.input("x", (1, self.channels, self.ifmap_h, self.ifmap_w))
         w = b.param("w", (self.filters, self.channels, self.filter_h, self.filter_w))
-        return b.output(b.conv2d(x, w, stride=self.stride))
+        padding = (overhang_padding(self.ifmap_h, self.filter_h, self.stride),
+                   overhang_padding(self.ifmap_w, self.filter_w, self.stride))
+        return b.output(b.conv2d(x, w, stride=self.stride, padding=padding))
+
+
+def read_topology(path: str | Path) -> tuple[ConvLayer, ...]:
+    """SCALE-Sim's own layer table: a conv topology (name, ifmap H, W, filter H, W, channels, filters,
+    stride) or, for a file whose header is `Layer,M,N,K`, a GEMM table (as `ConvLayer.gemm`)."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    header = [c.strip().lower() for c in lines[0].split(",")]
+    layers = []
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.split(",")]
+        if header[1:4] == ["m", "n", "k"]:
+            m, n, k = map(int, cells[1:4])
+            layers.append(ConvLayer.gemm(cells[0], m, k, n))
+        else:
+            layers.append(ConvLayer(cells[0], *map(int, cells[1:8])))
+    return tuple(layers)
 
 
 TOPOLOGY_HEADER = ("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, "

@@ -1,7 +1,9 @@
 """Exports of a SimReport: a Chrome/Perfetto trace of the commands on their units, and a timeline plot.
 
     write_trace(report, "out.json")   # open in ui.perfetto.dev or chrome://tracing
-    plot_timeline(report, "out.png")  # needs matplotlib: units over time, and a roofline of the kernels
+    plot_timeline(report, "out.png")  # needs matplotlib: units over time, a roofline, energy per kernel
+
+The trace has a counter track of the energy spent so far by component, and the total by component.
 """
 from __future__ import annotations
 
@@ -40,8 +42,25 @@ def trace_events(report: SimReport) -> dict:
             args["cycles"] = c.cycles
         events.append({"name": name, "cat": c.kind, "ph": "X", "pid": 0, "tid": tids[c.unit],
                        "ts": t.start / per_us, "dur": (t.end - t.start) / per_us, "args": args})
+    events += energy_counters(report, per_us)
     return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"accelerator": report.accel.name, "cycles": report.cycles}}
+            "otherData": {"accelerator": report.accel.name, "cycles": report.cycles,
+                          "energy_pj": {k: v for k, v in report.energy.components().items() if v}}}
+
+
+def energy_counters(report: SimReport, per_us: float) -> list[dict]:
+    """A counter track of the energy spent so far (uJ) by component, stepped at every kernel's end."""
+    names = [k for k, v in report.energy.components().items() if v]
+    if not names:
+        return []
+    spent = dict.fromkeys(names, 0.0)
+    out = [{"name": "energy (uJ)", "ph": "C", "pid": 0, "ts": 0.0, "args": dict(spent)}]
+    for k in report.kernels:
+        for name in names:
+            spent[name] += getattr(k.energy, name) / 1e6
+        out.append({"name": "energy (uJ)", "ph": "C", "pid": 0, "ts": k.end / per_us,
+                    "args": {n: round(v, 6) for n, v in spent.items()}})
+    return out
 
 
 def write_trace(report: SimReport, path: str | Path) -> Path:
@@ -63,7 +82,7 @@ def plot_timeline(report: SimReport, path: str | Path) -> Path:
     a = report.accel
     units = _units(report)
     colors = {"array": "tab:blue", "vector": "tab:green", "load": "tab:orange", "store": "tab:red"}
-    fig, (ax, roof) = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [2.2, 1]})
+    fig, (ax, roof, spend) = plt.subplots(1, 3, figsize=(19, 4.5), gridspec_kw={"width_ratios": [2.2, 1, 1]})
     for row, unit in enumerate(units):
         for kind in ("array", "vector", "load", "store"):
             bars = [(t.start, t.end - t.start) for t in report.timeline
@@ -92,7 +111,27 @@ def plot_timeline(report: SimReport, path: str | Path) -> Path:
     roof.set_xlabel("flops / DRAM byte")
     roof.set_ylabel("flops / cycle")
     roof.set_title("roofline")
+    energy_bars(spend, report)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def energy_bars(ax, report: SimReport) -> None:
+    """Per kernel, its energy stacked by component (uJ); the title gives the total."""
+    names = [k for k, v in report.energy.components().items() if v]
+    x = range(len(report.kernels))
+    bottom = [0.0] * len(report.kernels)
+    import matplotlib
+
+    colors = matplotlib.colormaps["tab20"]
+    for i, name in enumerate(names):
+        heights = [getattr(k.energy, name) / 1e6 for k in report.kernels]
+        ax.bar(x, heights, bottom=bottom, label=name.replace("_", " "), color=colors(i))
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_xticks(list(x), [k.name for k in report.kernels], rotation=90, fontsize="x-small")
+    ax.set_ylabel("energy (uJ)")
+    ax.set_title(f"energy: {report.energy_pj / 1e6:.3g} uJ" if names else "energy: no per-access energies given")
+    if names:
+        ax.legend(fontsize="x-small")

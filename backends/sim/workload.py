@@ -6,15 +6,15 @@ loops only the weight indexes, groups the loops both operands index, M the rest:
 rows); every other node runs on the vector unit: its flops, or one operation per result element
 for a data move (transpose, slice, concat, gather, ...); reshapes and constants are free.
 
-Steps: the granularity at which transfers overlap compute. At least one per tile the tiling pass
-chose (a tile's data is loaded before it is computed). Within a tile the work still streams: the
+Steps: the granularity at which transfers overlap compute. The work streams within a tile: the
 array consumes its streamed operand row by row over T and fold after fold (as SCALE-Sim's
-double-buffered SRAMs are fed), the vector unit element by element; so a kernel with few tiles is
-cut into sub-tile steps of at least SUBTILE_BYTES of I/O: with two buffers a step must outlast
-one DRAM latency to hide it, and 32 KiB does on every preset (their latency x bandwidth is at
-most 7.2 KB) while still overlapping the loads of big single-tile kernels. Capped at MAX_STEPS
-so the command stream stays small. Steps depend only on the kernel and its tiles, never on the accelerator's DRAM bandwidth,
-latency or buffering, so changing those changes only the timing of one command stream.
+double-buffered SRAMs are fed), the vector unit element by element; so a kernel is cut into steps
+of at least SUBTILE_BYTES of I/O: with two buffers a step must outlast one DRAM latency to hide
+it, and 32 KiB does on every preset (their latency x bandwidth is at most 7.2 KB) while still
+overlapping the loads of big kernels. Capped at MAX_STEPS so the command stream stays small.
+Steps depend only on the kernel's I/O bytes, never on its tiles or the accelerator: a bigger
+scratchpad (bigger tiles) cannot coarsen the pipeline, and changing the DRAM bandwidth, latency or
+buffering changes only the timing of one command stream.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class KernelWork:
     gemms: tuple[Gemm, ...]
     vector_ops: int
     flops: int
-    tiles: int  # tiles the tiling pass's sizes give (1 when untiled)
+    tiles: int  # tiles the tiling pass's sizes give (1 when untiled; reported, not simulated)
     steps: int  # simulated steps (see the module docstring)
 
     @property
@@ -96,7 +96,6 @@ def kernel_work(kernel: Kernel) -> KernelWork:
     """The kernel's array and vector work and its simulated steps."""
     gemms = tuple(node_gemm(n) for n in kernel.nodes if runs_on_array(n))
     vector = sum(node_vector_ops(n) for n in kernel.nodes if not runs_on_array(n))
-    tiles = kernel_tiles(kernel)
     parts = math.ceil(kernel.io_bytes / SUBTILE_BYTES)
-    return KernelWork(kernel.name, tuple(n.op for n in kernel.nodes), gemms, vector, kernel.flops, tiles,
-                      max(1, min(max(tiles, parts), MAX_STEPS)))
+    return KernelWork(kernel.name, tuple(n.op for n in kernel.nodes), gemms, vector, kernel.flops,
+                      kernel_tiles(kernel), max(1, min(parts, MAX_STEPS)))

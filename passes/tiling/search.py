@@ -42,7 +42,8 @@ def candidates(extent: int, kind: str) -> list[int]:
     return sizes + [extent]
 
 
-def _thin(cands: list[list[int]], limit: int) -> list[list[int]]:
+def thin(cands: list[list[int]], limit: int) -> list[list[int]]:
+    """The candidate sizes per loop, every other middle one dropped from the widest until at most `limit` tilings."""
     cands = [list(c) for c in cands]
     while math.prod(len(c) for c in cands) > limit:
         widest = max(range(len(cands)), key=lambda i: len(cands[i]))
@@ -69,7 +70,7 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
         if costs.working_set[0] > budget:
             return None
         return Tiling((), (), int(costs.working_set[0]), int(costs.traffic[0]), 1)
-    cands = _thin([candidates(loop.extent, loop.kind) for loop in loops], max_candidates)
+    cands = thin([candidates(loop.extent, loop.kind) for loop in loops], max_candidates)
     grid = np.stack(np.meshgrid(*[np.array(c, dtype=np.float64) for c in cands], indexing="ij"), -1)
     grid = grid.reshape(-1, len(loops))
     costs = evaluate(domain, target, grid)

@@ -15,8 +15,11 @@ from tilegraph.backends.sim import (Gemm, SimError, array_cycles, format_sim_rep
                                     trace_events, write_trace)
 from tilegraph.simulation import prepare, simulate_graph
 from tilegraph.backends.sim.array import folds, mapping_efficiency, spatio_temporal
+from tilegraph.backends.sim.energy import Energy
+from tilegraph.backends.sim.footprint import read_bytes
+from tilegraph.backends.sim.scalesim_config import ConvLayer
 from tilegraph.ir import GraphBuilder, TilegraphError
-from tilegraph.ir.accel import AccelError, Accelerator, accel_from_dict, accel_presets, load_accel
+from tilegraph.ir.accel import ENERGY_FIELDS, AccelError, Accelerator, accel_from_dict, accel_presets, load_accel
 from tilegraph.ir.program import Program
 from tilegraph.passes.tiling import TilingError
 
@@ -124,17 +127,15 @@ def test_single_gemm_uses_the_fold_model_and_overlaps_dma():
     assert report.dram_read_bytes == 2 * 64 * 64 * 4 and report.dram_write_bytes == 64 * 64 * 4
 
 
-def test_prefetch_window():
+def test_prefetch_window_depends_on_the_buffering_only():
     from tilegraph.backends.sim.commands import Move, _Step, prefetch_limits
 
     steps = [_Step(0, [Move("t", size, True)], [], 1, 0) for size in (10, 10, 10, 10, 300, 10)]
     single = dataclasses.replace(TINY, scratchpad_bytes=400, double_buffer=False)
     assert prefetch_limits(steps, single) == [-1, 0, 1, 2, 3, 4]
-    # double-buffered, 200 B of staging: at least two steps back (the tiles' double buffer), further
-    # back while the loads in between fit in 200 B
-    assert prefetch_limits(steps, dataclasses.replace(single, double_buffer=True)) == [-2, -1, -1, -1, 2, 3]
-    roomy = dataclasses.replace(single, scratchpad_bytes=10_000, double_buffer=True)
-    assert prefetch_limits(steps, roomy) == [-2, -1, -1, -1, -1, -1]
+    double = dataclasses.replace(single, double_buffer=True)  # a step's loads wait for its tile buffer
+    assert prefetch_limits(steps, double) == [-2, -1, 0, 1, 2, 3]
+    assert prefetch_limits(steps, dataclasses.replace(double, scratchpad_bytes=10_000)) == [-2, -1, 0, 1, 2, 3]
 
 
 def test_conv_gemm_shape():
@@ -313,21 +314,26 @@ def test_simulation_properties(graph, bandwidth, double, mode, dram_model, psum,
                                 psum_writeback=psum, dataflow=dataflow)
     report = simulate(program, accel)
     plan = program.memory_plan
-    # the simulator moves exactly the plan's bytes for planned tensors, split the same way (beyond
-    # them: partial sums, and under calc the re-reads of operands bigger than an operand SRAM)
+    # the simulator moves the plan's bytes for planned tensors, split the same way, a load only the
+    # elements the kernels read (beyond them: partial sums, and under calc the operands' re-reads)
     streamed = set(program.memory_plan.streamed)
     dma = [t.command for t in report.timeline if t.command.kind in ("load", "store")]
     planned = [c for c in dma if c.tensor not in streamed and not c.psum and not c.streamed]
     assert report.write_psum == sum(c.bytes for c in dma if c.psum)
     if not psum or dataflow == "os":
         assert report.write_psum == 0
+    touched, sizes = read_bytes(program), {v.name: v.type.nbytes for v in program.tensors()}
+    moved = [e.bytes if e.kind == "store" else e.bytes * touched.get(e.tensor, sizes[e.tensor]) // sizes[e.tensor]
+             for e in plan.events]
+    assert sum(moved) <= plan.compulsory + plan.traffic
     if dram_model == "dma":
         assert all(c.timed for c in dma) and not any(c.streamed for c in dma if c.tensor not in streamed)
-    assert sum(c.bytes for c in planned) == plan.compulsory + plan.traffic
-    assert sum(c.bytes for c in planned if not c.compulsory) == plan.traffic == report.spill_bytes
+        assert sum(c.bytes for c in planned) == sum(moved)
+        assert sum(c.bytes for c in planned if not c.compulsory) == report.spill_bytes == \
+            sum(m for m, e in zip(moved, plan.events) if not e.compulsory)
     assert report.dram_bytes == sum(c.bytes for c in dma)
-    if mode == "spill":
-        assert not streamed and report.stream_bytes == 0
+    if mode == "spill":  # nothing streamed (under calc the operands' re-reads count as streamed traffic)
+        assert not streamed and (dram_model == "calc" or report.stream_bytes == 0)
     # a streamed tensor is written whole by its producer and read by every consumer
     values = {v.name: v for v in program.tensors()}
     for name in streamed:
@@ -361,3 +367,78 @@ def test_prepare_is_deterministic(graph):
     assume(first is not None)
     second = _prepared(graph)
     assert simulate(first, TINY) == simulate(second, TINY)
+
+
+# ----- the DMA model never does worse with more memory, and its energy adds up -------------------
+DMA_LAYERS = st.builds(
+    lambda h, k, s, c, n, gemm: ConvLayer.gemm("g", h * h, c * k, n) if gemm else ConvLayer("c", h, h, k, k, c, n, s),
+    st.integers(4, 20), st.integers(1, 3), st.integers(1, 2), st.sampled_from([3, 8, 16, 32]),
+    st.sampled_from([4, 16, 40]), st.booleans())
+
+
+@settings(max_examples=25)
+@given(st.one_of(DMA_LAYERS.map(lambda layer: layer.graph()), ARRAY_GRAPHS), st.sampled_from(["ws", "os", "is"]),
+       st.sampled_from([2048, 8192, 32768]), st.sampled_from([2.0, 8.0]), st.booleans())
+def test_dma_model_is_never_worse_with_more_scratchpad_or_bandwidth(graph, dataflow, scratchpad, bandwidth, double):
+    # the prefetch window is the double buffer and the steps follow the I/O alone, so a bigger
+    # scratchpad changes only what the plan keeps and the tiles' traffic, and never the order
+    # transfers reach DRAM in; a whole tensor is loaded only where its kernels read it
+    base = dataclasses.replace(TINY, dataflow=dataflow, dram_bytes_per_cycle=bandwidth, double_buffer=double,
+                               pe_rows=4, pe_cols=8)
+    runs = []
+    for size in (scratchpad, 2 * scratchpad, 4 * scratchpad):
+        accel = dataclasses.replace(base, scratchpad_bytes=size)
+        try:
+            runs.append(simulate(prepare(graph, accel, solver="heuristic"), accel))
+        except TilingError:
+            runs.append(None)  # a smallest tile bigger than this scratchpad: only larger ones count
+    done = [r for r in runs if r is not None]
+    assume(done)
+    for smaller, larger in zip(done, done[1:]):
+        assert larger.cycles <= smaller.cycles and larger.dram_bytes <= smaller.dram_bytes
+        assert larger.dram_read_bytes <= smaller.dram_read_bytes
+    program = prepare(graph, dataclasses.replace(base, scratchpad_bytes=scratchpad * 2), solver="heuristic")
+    accel = dataclasses.replace(base, scratchpad_bytes=scratchpad * 2)
+    slow = simulate(program, accel)
+    for faster in (2.0, 4.0):
+        fast = simulate(program, dataclasses.replace(accel, dram_bytes_per_cycle=bandwidth * faster))
+        assert fast.cycles <= slow.cycles and fast.dram_bytes == slow.dram_bytes
+
+
+ENERGY = {name: float(i + 1) for i, name in enumerate(ENERGY_FIELDS)}
+
+
+@settings(max_examples=20)
+@given(st.one_of(graphs(max_nodes=8, max_side=5), ARRAY_GRAPHS), st.sampled_from(["dma", "calc"]),
+       st.sampled_from(["ws", "os", "is"]), st.booleans())
+def test_energy_is_non_negative_and_its_components_add_up(graph, dram_model, dataflow, priced):
+    program = _prepared(graph, "stream")
+    assume(program is not None)
+    accel = dataclasses.replace(TINY, dram_model=dram_model, dataflow=dataflow, **(ENERGY if priced else {}))
+    report = simulate(program, accel)
+    parts = report.energy.components()
+    assert all(v >= 0 for v in parts.values())
+    assert report.energy_pj == pytest.approx(sum(parts.values()))
+    for name in parts:  # the report's components are its kernels'
+        assert parts[name] == pytest.approx(sum(getattr(k.energy, name) for k in report.kernels))
+    if not priced:
+        assert report.energy_pj == 0
+        return
+    assert parts["mac"] == report.macs * accel.mac_pj and parts["vector"] == report.vector_ops * accel.vector_op_pj
+    assert parts["dram_read"] == report.dram_read_bytes * accel.dram_read_pj_per_byte
+    assert parts["dram_write"] == report.dram_write_bytes * accel.dram_write_pj_per_byte
+    assert parts["leakage"] == pytest.approx(report.cycles * accel.leakage_mw / accel.clock_ghz)
+    loaded = (parts["ifmap_write"] / accel.ifmap_write_pj_per_byte
+              + parts["filter_write"] / accel.filter_write_pj_per_byte)
+    assert loaded >= report.dram_read_bytes  # every loaded byte is written into the scratchpad
+
+
+def test_energy_by_hand_on_one_gemm():
+    accel = dataclasses.replace(TINY, scratchpad_bytes=1 << 16, dataflow="os", mac_pj=1.0, ifmap_read_pj_per_byte=1.0,
+                                filter_read_pj_per_byte=10.0, ofmap_write_pj_per_byte=100.0)
+    report = simulate_graph(matmul_graph(8, 4, 4), accel, solver="heuristic")
+    # os on 4x4: M=8 (2 row folds), N=4 (1 column fold), K=4: the ifmap once per column fold, the
+    # filter once per row fold, every output once
+    assert report.energy == Energy(mac=8 * 4 * 4, ifmap_read=8 * 4 * 4, filter_read=10 * 4 * 4 * 2 * 4,
+                                   ofmap_write=100 * 8 * 4 * 4)
+    assert "energy: " in format_sim_report(report) and "ofmap write" in format_sim_report(report)

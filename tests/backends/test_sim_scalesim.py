@@ -7,17 +7,29 @@ dataflows, and skips only when SCALE-Sim cannot be obtained here.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tilegraph.backends.sim import Gemm, array_cycles, simulate
 from tilegraph.simulation import prepare
-from tilegraph.backends.sim.array import operand_reads
-from tilegraph.backends.sim.calc import active_bytes, conv_fold_halo, drain_remainder
+from tilegraph.backends.sim.calc import active_bytes, drain_remainder
+from tilegraph.backends.sim.demand import ImageGemm, filter_reads, ifmap_reads, valid_words
+from tilegraph.backends.sim.footprint import read_bytes
+from tilegraph.backends.sim.readbuffer import epoch_reads, sweep_reads
+from tilegraph.backends.sim.workload import node_gemm
 from tilegraph.backends.sim.scalesim import ScaleSimUnavailable, run_scalesim, scalesim_python
-from tilegraph.backends.sim.scalesim_config import ConvLayer, ScaleSimConfig, accel_like_scalesim, topology_text
+from tilegraph.backends.sim.scalesim_config import (ConvLayer, ScaleSimConfig, accel_like_scalesim, out_size,
+                                                     read_topology, topology_text)
 from tilegraph.ir.accel import AccelError, load_accel
+
+sys.path.insert(0, str(Path(__file__).parent))  # scalesim_oracle: a test helper (importlib mode)
+import scalesim_oracle as oracle  # noqa: E402
 
 # an 8x8 array with 4 KiB SRAMs: small enough that operands overflow their SRAM (re-reads), partial
 # sums fold (K > 8) and the ofmap SRAM drains during compute
@@ -64,35 +76,74 @@ def test_topology_and_layer_graphs():
     assert [n.op for n in LAYERS[4].graph().nodes] == ["conv2d"] and LAYERS[4].shape == Gemm(16, 6, 36)
 
 
-# ----- the memory model by hand ------------------------------------------------------------------
-def test_operand_reads_follow_the_fold_order():
-    g = Gemm(64, 40, 48)  # M, N, K on an 8x8 array; ifmap 64x48, filter 48x40 (in words here)
-    a, b = 64 * 48, 48 * 40
-    assert operand_reads(g, 8, 8, "os", a, b, capacity=10 ** 6) == (a, b)
-    # os: the ifmap is swept once per column fold (N / 8 = 5) when it exceeds the buffer
-    assert operand_reads(g, 8, 8, "os", a, b, capacity=a - 1) == (5 * a, b)
-    # os: a filter column slice (48 x 8) bigger than the buffer is re-read per row fold (64 / 8)
-    assert operand_reads(g, 8, 8, "os", a, b, capacity=48 * 8 - 1) == (5 * a, 8 * b)
-    assert operand_reads(g, 8, 8, "ws", a, b, capacity=100, word_bytes=1) == (5 * a, b)  # filter blocks once
-    assert operand_reads(g, 8, 8, "is", a, b, capacity=100) == (a, 8 * b)  # M / 8 column folds
-    # a conv's ifmap is smaller than its im2col matrix: a ws sweep reads the im2col matrix (M x K
-    # words), an os sweep the ifmap plus the halo once per buffer swap (ceil(a / capacity) - 1)
-    conv = Gemm(64, 12, 72)  # 10x10x8 input, 3x3 filters, 12 of them
-    a, b = 10 * 10 * 8, 72 * 12
-    assert operand_reads(conv, 8, 8, "ws", a, b, capacity=500, word_bytes=1) == (2 * 64 * 72, b)
-    assert operand_reads(conv, 8, 8, "os", a, b, capacity=500, word_bytes=1, halo_bytes=160) == (2 * (a + 160), b)
-    assert operand_reads(conv, 8, 8, "os", a, b, capacity=300, word_bytes=1, halo_bytes=160) == (
-        2 * (a + 2 * 160), 8 * b)  # two buffer swaps per sweep; a 432-word filter slice re-read per row fold
+def test_layers_follow_scalesims_output_size():
+    # ceil((H - F + S) / S): a last window may hang over the edge (its missing words are not read)
+    assert [out_size(224, 7, 2), out_size(56, 1, 2), out_size(56, 3, 2), out_size(224, 11, 4)] == [110, 29, 28, 55]
+    for layer in (ConvLayer("c1", 224, 224, 7, 7, 3, 8, 2), ConvLayer("s", 56, 56, 1, 1, 4, 8, 2),
+                  ConvLayer("a", 27, 31, 11, 5, 3, 8, 4), LAYERS[4]):
+        (node,) = layer.graph().nodes
+        assert node.results[0].type.shape[2:] == layer.out_hw and node_gemm(node) == layer.shape
+        assert node.inputs[0].type.shape[2:] == (layer.ifmap_h, layer.ifmap_w)  # the same input, no more
+    stride2 = ConvLayer("s", 56, 56, 1, 1, 4, 8, 2).graph()
+    program = prepare(stride2, load_accel("edge-npu"), solver="heuristic")
+    assert read_bytes(program)["x"] == 28 * 28 * 4 * 4  # it reads every other row and column
 
 
-def test_conv_fold_halo():
-    # output row 0 reads input rows 0-2, output row 1 rows 1-3: rows 1-2 x 10 columns x 8 channels
-    (node,) = LAYERS[1].graph().nodes
-    assert conv_fold_halo(node, 8) == 2 * 10 * 8
-    (stride2,) = LAYERS[4].graph().nodes  # 9x9 input, stride 2: 4x4 output, folds of 8 = 2 rows
-    assert conv_fold_halo(stride2, 8) == 1 * 9 * 4  # input row 4 is shared
-    (gemm,) = LAYERS[0].graph().nodes
-    assert conv_fold_halo(gemm, 8) == 0
+def test_read_topology(tmp_path):
+    conv = tmp_path / "net.csv"
+    conv.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, "
+                    "Strides,\n\nConv1, 224, 224, 7, 7, 3, 64, 2,\nFC,1,1,1,1,512,1000,1,")
+    assert read_topology(conv) == (ConvLayer("Conv1", 224, 224, 7, 7, 3, 64, 2), ConvLayer("FC", 1, 1, 1, 1, 512, 1000))
+    gemm = tmp_path / "mnk.csv"
+    gemm.write_text("Layer,M,N,K,\nQKT,1024,1024,64,\n")
+    assert read_topology(gemm) == (ConvLayer.gemm("QKT", 1024, 64, 1024),)
+
+
+# ----- SCALE-Sim's read buffers: by hand and against a word-by-word oracle -----------------------
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=300), st.lists(st.integers(1, 12), min_size=31,
+                                                                           max_size=31), st.integers(1, 120))
+def test_read_buffer_counts_what_a_word_by_word_buffer_fetches(stream, weights, capacity):
+    units = np.array(stream)
+    starts = np.concatenate([[0], np.cumsum(weights)])
+    words = np.concatenate([np.arange(starts[u], starts[u + 1]) for u in stream])
+    assert epoch_reads(units, np.array(weights), capacity) == oracle.buffer_reads(words, capacity)
+
+
+@given(st.lists(st.tuples(st.integers(1, 200), st.integers(1, 4)), min_size=1, max_size=5), st.integers(1, 300))
+def test_sweeps_over_disjoint_sets_in_closed_form(sweeps, capacity):
+    words, start = [], 0
+    for size, repeats in sweeps:
+        words += list(range(start, start + size)) * repeats
+        start += size
+    assert sweep_reads(sweeps, capacity) == oracle.buffer_reads(np.array(words), capacity)
+    assert sweep_reads([(100, 3)], 101) == 100 and sweep_reads([(100, 3)], 100) == 300
+    assert sweep_reads([(60, 1), (60, 2)], 100) == 60 + 60 + 40  # the second set's head is read again
+
+
+GEOMETRY = st.builds(
+    lambda h, w, kh, kw, s, p, c, n, b: ImageGemm(b, h, w, c, (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1,
+                                                  (kh, kw), (s, s), (p, p), (1, 1), n),
+    st.integers(3, 12), st.integers(3, 12), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2),
+    st.integers(0, 1), st.sampled_from([1, 3, 4, 8, 16]), st.integers(1, 20), st.integers(1, 2))
+
+
+@settings(max_examples=60)
+@given(GEOMETRY, st.sampled_from([2, 4, 8]), st.sampled_from([2, 4, 8]), st.sampled_from(DATAFLOWS),
+       st.integers(16, 64))
+def test_demand_follows_scalesims_order_word_by_word(geo, rows, cols, dataflow, per_window):
+    # the oracle replays SCALE-Sim's demand matrices and buffer word by word; the model counts
+    # filters and windows that share no words exactly, shared windows in units of an input pixel
+    # (exact when an epoch is many windows long, as on SCALE-Sim's 32K-word halves)
+    assume(min(geo.out_h, geo.out_w) >= 1)
+    capacity = per_window * geo.k
+    ifmap, filters = oracle.operand_reads(geo, rows, cols, dataflow, capacity)
+    assert filter_reads(geo, rows, cols, dataflow, capacity) == filters
+    ours = ifmap_reads(geo, rows, cols, dataflow, capacity)
+    if not geo.overlapping:
+        assert ours == ifmap
+        if valid_words(geo) >= capacity:  # every sweep misses on every word
+            assert ours == valid_words(geo) * (1 if dataflow == "is" else math.ceil(geo.filters / cols))
+    assert ours == pytest.approx(ifmap, rel=0.15)
 
 
 def test_drain_remainder():
@@ -153,3 +204,18 @@ def test_matches_scalesim(scalesim_small, dataflow):
         assert ours.cycles == pytest.approx(theirs.total_cycles, rel=0.10), where
         assert ours.dram_read_bytes / 4 == pytest.approx(theirs.dram_reads, rel=0.10), where
         assert ours.dram_write_bytes / 4 == pytest.approx(theirs.dram_ofmap_writes, rel=0.10), where
+
+
+def scalesim_geometry(layer: ConvLayer) -> ImageGemm:
+    """The layer exactly as SCALE-Sim lays it out: no padding, the last window over the edge."""
+    return ImageGemm(1, layer.ifmap_h, layer.ifmap_w, layer.channels, *layer.out_hw,
+                     (layer.filter_h, layer.filter_w), (layer.stride, layer.stride), filters=layer.filters)
+
+
+@pytest.mark.parametrize("dataflow", DATAFLOWS)
+def test_the_oracle_is_scalesim_word_for_word(scalesim_small, dataflow):
+    capacity = 50 * (SMALL.ifmap_sram_kb * 1024 // 100)  # the active half: 50 sets of 1% of the SRAM
+    for layer, theirs in zip(LAYERS, scalesim_small[dataflow].layers):
+        geo = scalesim_geometry(layer)
+        assert oracle.operand_reads(geo, SMALL.rows, SMALL.cols, dataflow, capacity) == \
+            (theirs.dram_ifmap_reads, theirs.dram_filter_reads), layer.name

@@ -2,6 +2,7 @@
 which reproduce the older target, accelerator and system files exactly."""
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from pathlib import Path
 
@@ -19,14 +20,28 @@ OLD_FORMATS = [("targets", load_target, target_from_dict), ("accels", load_accel
                ("systems", load_system, system_from_dict)]
 
 
+SRAM_PJ = {f"{o}_{rw}_pj_per_byte": 2.5 for o in ("ifmap", "filter", "ofmap") for rw in ("read", "write")}
+# Deliberate changes since the older files: scratchpad energies per operand (and edge-npu's static
+# power) in the energy tables; scalesim-default's sizes and rates in bytes of f32 words (SCALE-Sim's
+# words are one byte, our tensors four: the older file's 1-byte words held a quarter of its words).
+CHANGED = {
+    ("accels", "edge-npu"): {**SRAM_PJ, "leakage_mw": 10.0},
+    ("accels", "tpu-like"): SRAM_PJ,
+    ("accels", "scalesim-default"): {"word_bytes": 4, "scratchpad_bytes": 4 * 196608, "dram_bytes_per_cycle": 40.0,
+                                     "dma_burst_bytes": 40, "description": "SCALE-Sim default for f32: 32x32 OS "
+                                     "array, 3 x 64K-word SRAMs, 10 words/cycle DRAM"},
+}
+
+
 @pytest.mark.parametrize("folder,load,legacy", OLD_FORMATS, ids=[f for f, *_ in OLD_FORMATS])
 def test_presets_reproduce_the_older_files_which_still_load_by_path(folder, load, legacy):
     files = sorted((LEGACY / folder).glob("*.toml"))
     assert files
     for path in files:
         old = legacy(tomllib.loads(path.read_text(encoding="utf-8")), path.stem)
-        assert load(path.stem) == old, path.stem  # the migrated preset of the same name
         assert load(path) == old  # the old file itself
+        intended = dataclasses.replace(old, **CHANGED.get((folder, path.stem), {}))
+        assert load(path.stem) == intended, path.stem  # the migrated preset, with the changes stated above
 
 
 def test_every_preset_gives_the_views_it_should():
@@ -84,3 +99,22 @@ def test_per_cycle_rates_survive_the_device_and_accelerator_views_exactly(clock,
                      {"name": "sram", "bytes": 4096}]})
     accel = spec.accelerator()
     assert accel.dram_bytes_per_cycle == per_cycle and accel.dram_latency == cycles
+
+
+def test_energy_tables_take_shorthands_and_reach_the_simulator():
+    base = {"name": "npu", "tile_memory": "sram", "compute": {"clock_ghz": 1.0},
+            "array": {"rows": 4, "cols": 4, "dataflow": "ws"},
+            "memories": [{"name": "dram", "bandwidth": "8 B/cycle"}, {"name": "sram", "bytes": 4096}]}
+    spec = device_from_dict({**base, "energy": {"mac_pj": 1.0, "dram_pj_per_byte": 50.0, "dram_write_pj_per_byte": 70.0,
+                                                "sram_read_pj_per_byte": 2.0, "filter_read_pj_per_byte": 1.0,
+                                                "leakage_mw": 5.0}})
+    accel = spec.accelerator()
+    assert (accel.dram_read_pj_per_byte, accel.dram_write_pj_per_byte) == (50.0, 70.0)  # a field given wins
+    reads = (accel.ifmap_read_pj_per_byte, accel.filter_read_pj_per_byte, accel.ofmap_read_pj_per_byte)
+    assert reads == (2.0, 1.0, 2.0)
+    assert accel.ifmap_write_pj_per_byte == 0.0 and accel.leakage_mw == 5.0 and accel.dram_pj_per_byte == 50.0
+    with pytest.raises(HardwareError, match="unknown field.*dram_pj in \\[energy\\]"):
+        device_from_dict({**base, "energy": {"dram_pj": 1.0}})
+    flat = accel_from_dict({"pe_rows": 2, "pe_cols": 2, "dataflow": "os", "scratchpad_bytes": 64,
+                            "dram_bytes_per_cycle": 1.0, "energy": {"dram_pj_per_byte": 9.0}})
+    assert (flat.dram_read_pj_per_byte, flat.dram_write_pj_per_byte) == (9.0, 9.0)
