@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from .code import Code
 from .names import c_type, nbytes
+from .prelude import Helper
 
 Body = Callable[[Code], None]
 
@@ -62,15 +63,14 @@ class Dialect:
     vector_type = "tg_vf"
     fast_float = True  # vectorisable f32 exp/erf/tanh (prelude.py) instead of libm calls
 
-    def head(self) -> str:
-        """Source after the shared prelude: scratch allocation helpers."""
-        return ("typedef _Float16 tg_half;\n"
-                "namespace {\n"
-                "typedef float tg_vf __attribute__((vector_size(64)));\n"
-                + LOAD_LANES + LOAD_MASKS +
-                "inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"
-                "inline void tg_free(void* p) { std::free(p); }\n"
-                "}  // namespace\n")
+    def helpers(self) -> tuple[Helper, ...]:
+        """The dialect's helpers after the shared prelude's (each emitted where the code uses it):
+        the half type, the register-block vector and its masked loads, scratch allocation."""
+        return (Helper("tg_half", "typedef _Float16 tg_half;\n"),
+                Helper("tg_vf", "typedef float tg_vf __attribute__((vector_size(64)));\n"),
+                Helper("tg_load_lanes", LOAD_LANES), Helper("tg_load_masks", LOAD_MASKS),
+                Helper("tg_alloc", "inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"),
+                Helper("tg_free", "inline void tg_free(void* p) { std::free(p); }\n"))
 
     def includes(self) -> str:
         return "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n"
@@ -174,11 +174,9 @@ class SyclDialect(Dialect):
     def includes(self) -> str:
         return "#include <sycl/sycl.hpp>\n"
 
-    def head(self) -> str:
-        return ("typedef sycl::half tg_half;\n"
-                "namespace {\n"
-                "sycl::queue& tg_queue() { static sycl::queue q; return q; }\n"
-                "}  // namespace\n")
+    def helpers(self) -> tuple[Helper, ...]:
+        return (Helper("tg_half", "typedef sycl::half tg_half;\n"),
+                Helper("tg_queue", "sycl::queue& tg_queue() { static sycl::queue q; return q; }\n"))
 
     def flag_begin(self, code: Code) -> None:
         code.line("int* err = sycl::malloc_shared<int>(1, q);")

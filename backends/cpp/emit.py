@@ -38,8 +38,13 @@ class KernelEmitter(RegisterBlocks):
     """Emits one structured kernel; `params` names the pointer of each kernel input and output."""
 
     def __init__(self, kernel: Kernel, domain, dialect: Dialect, params: dict[Value, str],
-                 micro: MicroKernel = MicroKernel(), folded: frozenset[Node] = frozenset()) -> None:
+                 micro: MicroKernel = MicroKernel(), folded: frozenset[Node] = frozenset(),
+                 names=None) -> None:
         self.kernel, self.domain, self.dialect, self.micro = kernel, domain, dialect, micro
+        # the translation unit's names (source.ProgramNames): an intermediate's tile buffer is
+        # called as the tensor is, a kernel output's (a carried reduction) `<tensor>_tile`
+        self.names = names
+        self.scope = names.table.child() if names is not None else None
         # nodes computed at load time (fold.py): not emitted, their results read as kernel inputs
         self.skipped = {i for i, node in enumerate(domain.nodes) if node in folded}
         sizes = dict(kernel.tiles)
@@ -97,7 +102,12 @@ class KernelEmitter(RegisterBlocks):
         return f"hi{k}" if kind == PARALLEL else f"rhi{k}"
 
     def _add_local(self, value: Value, amap: AffineMap, whole: set[int] = frozenset()) -> None:
-        ptr = f"l{len(self.locals)}"
+        if self.names is None:
+            ptr = f"l{len(self.locals)}"
+        elif value in self.global_ptrs:
+            ptr = self.scope.take(f"{self.names.values[value]}_tile")
+        else:
+            ptr = self.names.values[value]
         sizes = {k: self.extents[k] if k in whole else t for k, t in enumerate(self.tile)}
         base = {k: "0" if k in whole else b for k, b in self.base.items()}
         buf = LocalBuffer.for_map(value, ptr, amap, sizes, base)
@@ -120,10 +130,17 @@ class KernelEmitter(RegisterBlocks):
         code.line(f"// kernel {mangle(self.kernel.name)} ({self.kernel.kind}): {ops}")
         code.line(f"// loops: {loops or 'none'}")
 
+    def tile_comment(self) -> str:
+        """`// tile: d0=32 (parallel), d2=64 (reduction)`: the tile of every loop of the nest, as
+        generated (after `widen_tiles`); a loop's extent when the tile covers it whole."""
+        parts = [f"d{k}={self.tile[k]} ({loop.kind})" for k, loop in enumerate(self.loops)]
+        return f"// tile: {', '.join(parts) or 'none'}"
+
     def emit_body(self, code: Code) -> None:
         """The tile loop structure and every node, written into the dialect's parallel wrapper.
         Kernels below `MicroKernel.min_parallel_flops` run their tiles on one thread: a fork/join
         costs more than they do."""
+        code.line(self.tile_comment())
         tiles = self.tile_vars()
         small = self.kernel.flops < self.micro.min_parallel_flops
         self.dialect.parallel(code, tiles, self.scratch_bytes, self.tile_body, threaded=not small)

@@ -13,6 +13,7 @@ widens when the tile caps MR, so the block keeps enough accumulators to hide the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilegraph.ir.graph import Value
@@ -72,6 +73,21 @@ class RegisterBlocks(FlatRows):
         lo, hi = ranges[k]
         return self.extents[k] if lo == "0" and hi == str(self.extents[k]) else self.tile[k]
 
+    def _lengths(self, ranges: dict[int, tuple[str, str]], k: int) -> set[int]:
+        """Every length loop k's range in `ranges` takes: its extent when whole, else its tile and
+        the last tile's remainder (static shapes: decided here, not when the code runs)."""
+        lo, hi = ranges[k]
+        e = self.extents[k]
+        if lo == "0" and hi == str(e):
+            return {e}
+        t = self.tile[k]
+        return {t} | ({e % t} if e % t else set())
+
+    def _blocks(self, lengths: set[int], step: int) -> set[int]:
+        """The sizes of the blocks a loop walking ranges of `lengths` in steps of `step` meets
+        (`mu`, `nv`: the full step, and each range's remainder)."""
+        return {b for n in lengths for b in ((step,) if n >= step else ()) + ((n % step,) if n % step else ())}
+
     def _pick_u(self, i: int, outer: list[int], v: int | None) -> int | None:
         """The loop to block MR-wide: the one most operands loaded along `v` do not depend on."""
         if not outer:
@@ -110,14 +126,43 @@ class RegisterBlocks(FlatRows):
         else:
             loops += [(f"b{k}", *ranges[k], step) for k, step in ((u, mr), (v, nr)) if k is not None]
         depth = self._loops(code, loops)
-        code.line(f"const int64_t mu = {f'tg_lmin({mr}, {ranges[u][1]} - b{u})' if u is not None else 1};")
+        # The register-block variants: full (mr x nr, vectors where the body allows), masked (mr
+        # rows, a partial vector row) and scalar (a partial block, mu x nv). The static shapes say
+        # which block sizes occur, so only the variants they reach are emitted; each keeps the test
+        # that picks it at run time (the compiler reads the block's shape off it).
+        mus = self._blocks(self._lengths(ranges, u), mr) if u is not None else {1}
+        nvs = (self._blocks({flat.total}, nr) if flat is not None else
+               self._blocks(self._lengths(ranges, v), nr) if v is not None else {1})
+        variants: list[tuple[str | None, Callable[[], None]]] = []  # (test, emit); None: the rest
+        vector_variant = lambda **kw: lambda: self._vector_block(code, i, var, u, v, mr, nr, inner,  # noqa: E731
+                                                                 ranges, first, **kw)
         if flat is not None:
-            code.line(f"const int64_t nv = tg_lmin({nr}, {flat.total} - bf);")
-        else:
-            code.line(f"const int64_t nv = {f'tg_lmin({nr}, {ranges[v][1]} - b{v})' if v is not None else 1};")
+            variants.append((f"mu == {mr}", vector_variant(masked=True, flat=flat)))
+        elif mr == 1 and nr == 1:
+            variants.append((None, lambda: block("1", "1")))
+        elif mr in mus and nr in nvs:
+            variants.append((f"mu == {mr} && nv == {nr}",
+                             vector_variant() if vector else lambda: block(str(mr), str(nr))))
+        masked = vector and flat is None and mr in mus and any(n < nr for n in nvs)
+        if masked:  # a partial block along v: masked rows
+            variants.append((f"mu == {mr}", vector_variant(masked=True)))
+        scalar = (mr, nr) != (1, 1) and (mus != {mr} or (nvs != {nr} and not vector))
+        if scalar:  # partial along u (or v, without vectors): a scalar block of mu x nv
+            variants.append((None, lambda: block("mu", "nv")))
+        tests = " ".join(test for test, _ in variants if test)
+        if tests or scalar:
+            code.line(f"const int64_t mu = {f'tg_lmin({mr}, {ranges[u][1]} - b{u})' if u is not None else 1};")
+        if "nv" in tests or scalar or masked or flat is not None:
+            nv = (f"tg_lmin({nr}, {flat.total} - bf)" if flat is not None else
+                  f"tg_lmin({nr}, {ranges[v][1]} - b{v})" if v is not None else "1")
+            code.line(f"const int64_t nv = {nv};")
+        if tests:
+            shapes = lambda sizes: ", ".join(map(str, sorted(sizes, reverse=True)))  # noqa: E731
+            code.line(f"// register blocks: mu in {{{shapes(mus)}}}, nv in {{{shapes(nvs)}}}")
         accs = []
         for r, value in enumerate(node.results):
-            code.line(f"{compute_type(value.type.dtype, node.op)} acc{r}[{mr}][{nr}];")
+            if scalar or not vector or (mr, nr) == (1, 1):  # the scalar blocks' accumulators
+                code.line(f"{compute_type(value.type.dtype, node.op)} acc{r}[{mr}][{nr}];")
             accs.append(f"acc{r}[uu][vv]")
 
         def var(k: int) -> str:
@@ -154,24 +199,11 @@ class RegisterBlocks(FlatRows):
                         final = store(value, f"acc{r}[uu][vv]") if i not in self.carried else f"acc{r}[uu][vv]"
                         code.line(f"{lvalues[r]} = {final};")
 
-        if flat is not None:
-            with code.block(f"if (mu == {mr})"):
-                self._vector_block(code, i, var, u, v, mr, nr, inner, ranges, first, masked=True, flat=flat)
-            with code.block("else"):
-                block("mu", "nv")
-        elif mr == 1 and nr == 1:
-            block("1", "1")
-        else:
-            with code.block(f"if (mu == {mr} && nv == {nr})"):
-                if vector:
-                    self._vector_block(code, i, var, u, v, mr, nr, inner, ranges, first)
-                else:
-                    block(str(mr), str(nr))
-            if vector:
-                with code.block(f"else if (mu == {mr})"):  # a partial block along v: masked rows
-                    self._vector_block(code, i, var, u, v, mr, nr, inner, ranges, first, masked=True)
-            with code.block("else"):
-                block("mu", "nv")
+        if variants[0][0] is None:  # a single variant for every block
+            variants[0][1]()
+        for n, (test, emit) in enumerate(variants if variants[0][0] is not None else ()):
+            with code.block(f"if ({test})" if n == 0 else f"else if ({test})" if test else "else"):
+                emit()
         while code.depth > depth:
             code.depth -= 1
             code.line("}")

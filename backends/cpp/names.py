@@ -1,13 +1,17 @@
-"""Safe spellings for generated source: mangled identifiers, C types, literals.
+"""Safe spellings for generated source: identifiers, mangled names, C types, literals.
 
 Nothing that came from user input (DSL identifiers, torch module names) is ever pasted into the
-generated source as is: generated identifiers are built from indices, and names that appear in
-comments are mangled to `[A-Za-z0-9_]` first, so quotes, newlines, `*/` or `#include` cannot
-change the meaning of the code.
+generated source as is. Tensors and kernels are named after their IR names through `identifier`
+(letters, digits and single underscores only) and a `NameTable`, which keeps them unique and away
+from C++ keywords, macros and the generated code's own identifiers; names that appear in comments
+are mangled to `[A-Za-z0-9_]` first. So quotes, newlines, `*/` or `#include` cannot change the
+meaning of the code.
 """
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable, Iterable
 
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.types import DType
@@ -46,6 +50,88 @@ def mangle(name: str) -> str:
         else:
             out.append("".join(f"_{b:02x}" for b in ch.encode("utf-8")))
     return "".join(out) or "_"
+
+
+def identifier(name: str, numeric_prefix: str = "v") -> str:
+    """A readable identifier for an IR name: runs of characters outside [A-Za-z0-9] become one `_`,
+    no leading, trailing or double underscores; a leading digit gets `numeric_prefix` (`%22` is
+    `v22`); nothing left gives `numeric_prefix`. Not injective ("a.b" and "a_b" meet): a
+    `NameTable` keeps the names of one program distinct."""
+    text = re.sub(r"[^A-Za-z0-9]+", "_", name.encode("ascii", "replace").decode("ascii")).strip("_")
+    if not text:
+        return numeric_prefix
+    return numeric_prefix + text if text[0].isdigit() else text
+
+
+class NameTable:
+    """Unique identifiers for one scope of generated code (shared by the C++ and Triton backends).
+
+    `take(stem)` gives `stem` itself when it is free and not `reserved`; a reserved stem gets a
+    trailing `_` (`int_`), or a `v_` prefix where its spelling is reserved (`tg_run` is `v_tg_run`);
+    a stem already taken gets the first free `stem_2`, `stem_3`, ... Reserved words are the
+    language's keywords and the names the generated code declares or calls itself, so a tensor
+    named like a loop index (`b1`) or a helper can never shadow it."""
+
+    def __init__(self, reserved: Callable[[str], bool], taken: Iterable[str] = ()) -> None:
+        self.reserved = reserved
+        self.taken: set[str] = set(taken)
+
+    def free(self, name: str) -> bool:
+        return name not in self.taken and not self.reserved(name)
+
+    def take(self, stem: str) -> str:
+        stem = re.sub(r"_+", "_", stem).strip("_") or "v"  # `b1_` + `_tile` is `b1_tile`
+        if self.free(stem):
+            self.taken.add(stem)
+            return stem
+        if self.reserved(stem) and self.free(f"{stem}_"):  # a keyword or the code's own name: `int_`, `b1_`
+            self.taken.add(f"{stem}_")
+            return f"{stem}_"
+        if self.reserved(f"{stem}_2"):  # reserved as a prefix or by its spelling (`tg_...`, `NULL`)
+            return self.take(f"v_{stem}")
+        n = 2
+        while not self.free(f"{stem}_{n}"):
+            n += 1
+        self.taken.add(f"{stem}_{n}")
+        return f"{stem}_{n}"
+
+    def child(self) -> NameTable:
+        """A nested scope: what is taken here stays taken there."""
+        return NameTable(self.reserved, self.taken)
+
+
+CPP_KEYWORDS = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+    co_return co_yield decltype default delete do double dynamic_cast else enum explicit export extern
+    false float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr
+    operator or or_eq private protected public register reinterpret_cast requires return short signed
+    sizeof static static_assert static_cast struct switch template this thread_local throw true try
+    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+    final override import module restrict
+""".split())
+
+# Names the generated C++ declares or refers to unqualified (emit.py, microkernel.py, flatrows.py,
+# attention.py, layout.py, dialect.py, source.py), the types and lower-case macros of the headers
+# it includes. Keep in step with the emitters: a tensor named like one of these is renamed.
+CPP_RUNTIME = frozenset("""
+    scratch scratch_all mu nv bf uu vv vacc row q g lane_lo lane_hi m_ l_ o_ p_ n_ j_ r e o p n ix mx
+    shift scale part total lid tid item h lm err err_ failed ins outs arena dev_arena dst src masks lanes
+    std sycl int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t size_t ptrdiff_t
+    intptr_t uintptr_t max_align_t nullptr_t offsetof errno assert isnan isinf isfinite isnormal signbit
+    fpclassify isgreater isgreaterequal isless islessequal islessgreater isunordered stdin stdout stderr
+    linux unix i386 main
+""".split())
+# index families of the emitters: lo0 hi0 rlo0 rhi0 t0 i0 b0 a0 acc0 w0 (attention), tgm0
+# (mask tables); the helpers' and entry's tg_ and TG_ names, kernel functions, reserved spellings
+_CPP_FAMILIES = re.compile(r"(?:lo|hi|rlo|rhi|t|i|b|a|acc|w|l)\d+|tg_\w*|TG_\w*|tgm\d*|kernel_\w*|_\w*|\w*__\w*")
+
+
+def cpp_reserved(name: str) -> bool:
+    """Whether a tensor may not be called `name` in generated C++: a keyword, one of the generated
+    code's own names, or spelled like a macro (no lower-case letter)."""
+    return (name in CPP_KEYWORDS or name in CPP_RUNTIME or bool(_CPP_FAMILIES.fullmatch(name))
+            or (len(name) > 1 and not any(c.islower() for c in name)))
 
 
 def c_type(dtype: DType, op: str | None = None) -> str:

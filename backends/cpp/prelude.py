@@ -1,37 +1,54 @@
 """The fixed head of every generated translation unit: includes and the scalar helpers.
 
-The same text serves the C++ and the SYCL source; `math` names the namespace of the math
-functions (`std` on the host, `sycl` in SYCL device code).
+The same helpers serve the C++ and the SYCL source; `math` names the namespace of the math
+functions (`std` on the host, `sycl` in SYCL device code). A translation unit gets only the helpers
+its code calls (and the helpers those call), in the order below, inside one anonymous namespace.
 """
 from __future__ import annotations
 
-PRELUDE = r"""#include <cstdint>
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+INCLUDES = r"""#include <cstdint>
 #include <cstddef>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
+"""
 
-namespace {
 
-template <class A, class B> inline auto tg_max(A a, B b) {
+@dataclass(frozen=True)
+class Helper:
+    """One definition of the prelude, emitted when the code names it (`tg_...`)."""
+
+    name: str
+    text: str
+
+
+HELPERS: tuple[Helper, ...] = (
+    Helper("tg_max", r"""template <class A, class B> inline auto tg_max(A a, B b) {
   using T = decltype(a + b);
   T x = (T)a, y = (T)b;
   if constexpr (std::is_floating_point_v<T>) { if (x != x) return x; }
   return x > y ? x : (x == x ? y : x);
 }
-template <class A, class B> inline auto tg_min(A a, B b) {
+"""),
+    Helper("tg_min", r"""template <class A, class B> inline auto tg_min(A a, B b) {
   using T = decltype(a + b);
   T x = (T)a, y = (T)b;
   if constexpr (std::is_floating_point_v<T>) { if (x != x) return x; }
   return x < y ? x : (x == x ? y : x);
 }
-template <class A, class B> inline auto tg_div(A a, B b) {
+"""),
+    Helper("tg_div", r"""template <class A, class B> inline auto tg_div(A a, B b) {
   if constexpr (std::is_integral_v<A> && std::is_integral_v<B>) return (double)a / (double)b;
   else return a / b;
 }
-template <class A, class B> inline auto tg_pow(A a, B b) {
+"""),
+    Helper("tg_pow", r"""template <class A, class B> inline auto tg_pow(A a, B b) {
   if constexpr (std::is_integral_v<A> && std::is_integral_v<B>) {
     decltype(a * b) r = 1, base = a;
     for (int64_t e = (int64_t)b; e > 0; --e) r *= base;
@@ -47,12 +64,14 @@ template <class A, class B> inline auto tg_pow(A a, B b) {
     return (T)TG_MATH::pow(x, y);
   }
 }
-template <class A> inline A tg_abs(A a) {
+"""),
+    Helper("tg_abs", r"""template <class A> inline A tg_abs(A a) {
   if constexpr (std::is_same_v<A, bool>) return a;
   else if constexpr (std::is_floating_point_v<A>) return TG_MATH::fabs(a);
   else return a < 0 ? (A)-a : a;
 }
-// exp in float with only arithmetic and selects, so loops calling it vectorise (libm calls do not):
+"""),
+    Helper("tg_fexp", r"""// exp in float with only arithmetic and selects, so loops calling it vectorise (libm calls do not):
 // Cody-Waite reduction x = n ln2 + r, a degree-6 polynomial for e^r, 2^n from the exponent bits.
 // Within 2 ulp of expf; inf, -inf (-> 0), NaN and overflow behave as expf does.
 inline float tg_fexp(float x) {
@@ -74,7 +93,8 @@ inline float tg_fexp(float x) {
   y = x > 88.7f ? INFINITY : y;
   return x != x ? x : y;
 }
-// erf(x) = 1 - poly(t) exp(-x^2), t = 1 / (1 + p|x|) (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7);
+"""),
+    Helper("tg_ferf", r"""// erf(x) = 1 - poly(t) exp(-x^2), t = 1 / (1 + p|x|) (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7);
 // below 0.25 its Maclaurin series.
 inline float tg_ferf(float x) {
   const float a = x < 0.0f ? -x : x;
@@ -86,13 +106,17 @@ inline float tg_ferf(float x) {
   const float y = a < 0.25f ? small : big;
   return x != x ? x : (x < 0.0f ? -y : y);
 }
-template <class A> inline auto tg_exp(A a) {
+"""),
+    Helper("tg_exp", r"""template <class A> inline auto tg_exp(A a) {
   if constexpr (TG_FAST_FLOAT && std::is_same_v<A, float>) return tg_fexp(a);
   else return TG_MATH::exp(a);
 }
-template <class A> inline auto tg_log(A a) { return TG_MATH::log(a); }
-template <class A> inline auto tg_sqrt(A a) { return TG_MATH::sqrt(a); }
-template <class A> inline auto tg_tanh(A a) {
+"""),
+    Helper("tg_log", r"""template <class A> inline auto tg_log(A a) { return TG_MATH::log(a); }
+"""),
+    Helper("tg_sqrt", r"""template <class A> inline auto tg_sqrt(A a) { return TG_MATH::sqrt(a); }
+"""),
+    Helper("tg_tanh", r"""template <class A> inline auto tg_tanh(A a) {
   if constexpr (TG_FAST_FLOAT && std::is_same_v<A, float>) {
     // 1 - 2 / (e^2x + 1), with small |x| from its series (the subtraction would cancel there)
     const float e = tg_fexp(2.0f * a);
@@ -104,15 +128,21 @@ template <class A> inline auto tg_tanh(A a) {
     return TG_MATH::tanh(a);
   }
 }
-template <class A> inline auto tg_erf(A a) {
+"""),
+    Helper("tg_erf", r"""template <class A> inline auto tg_erf(A a) {
   if constexpr (TG_FAST_FLOAT && std::is_same_v<A, float>) return tg_ferf(a);
   else return TG_MATH::erf(a);
 }
-template <class A> inline A tg_rsqrt(A a) { return (A)1 / TG_MATH::sqrt(a); }
-template <class A> inline A tg_sigmoid(A a) { return (A)1 / (tg_exp(-a) + (A)1); }
-inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t tg_lmax(int64_t a, int64_t b) { return a > b ? a : b; }
-inline float tg_bf16(float x) {
+"""),
+    Helper("tg_rsqrt", r"""template <class A> inline A tg_rsqrt(A a) { return (A)1 / TG_MATH::sqrt(a); }
+"""),
+    Helper("tg_sigmoid", r"""template <class A> inline A tg_sigmoid(A a) { return (A)1 / (tg_exp(-a) + (A)1); }
+"""),
+    Helper("tg_lmin", r"""inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+"""),
+    Helper("tg_lmax", r"""inline int64_t tg_lmax(int64_t a, int64_t b) { return a > b ? a : b; }
+"""),
+    Helper("tg_bf16", r"""inline float tg_bf16(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, 4);
   if ((bits & 0x7f800000u) != 0x7f800000u) bits += ((bits >> 16) & 1u) + 0x7fffu;
@@ -120,12 +150,36 @@ inline float tg_bf16(float x) {
   std::memcpy(&x, &bits, 4);
   return x;
 }
+"""),
+)
 
-}  // namespace
-"""
+_NAME = re.compile(r"\b(?:tg|TG)_\w+")
 
 
-def prelude(math_namespace: str = "std", fast_float: bool = True) -> str:
-    """The prelude with the math functions taken from `math_namespace`; `fast_float`: f32 exp, erf,
-    tanh and sigmoid from the vectorisable versions above instead of libm calls."""
-    return f"#define TG_MATH {math_namespace}\n#define TG_FAST_FLOAT {int(fast_float)}\n" + PRELUDE
+def used_helpers(text: str, helpers: Sequence[Helper]) -> list[Helper]:
+    """The helpers `text` names, with the helpers they name in turn, in `helpers` order (a helper
+    only names helpers before it)."""
+    by_name = {h.name: h for h in helpers}
+    wanted = {m for m in _NAME.findall(text) if m in by_name}
+    for helper in reversed(helpers):  # every helper names only earlier ones: one backward pass
+        if helper.name in wanted:
+            wanted.update(m for m in _NAME.findall(helper.text) if m in by_name)
+    return [h for h in helpers if h.name in wanted]
+
+
+def prelude(math_namespace: str = "std", fast_float: bool = True, used: str | None = None,
+            extra: Sequence[Helper] = ()) -> str:
+    """The includes and the helpers `used` (the rest of the translation unit) names, from these
+    and the dialect's `extra` ones (all of them when `used` is None), with the math functions taken
+    from `math_namespace`; `fast_float`: f32 exp, erf, tanh and sigmoid from the vectorisable
+    versions above instead of libm calls."""
+    helpers = (*HELPERS, *extra)
+    chosen = list(helpers) if used is None else used_helpers(used, helpers)
+    text = "".join(h.text for h in chosen)
+    head = ""
+    if "TG_MATH" in text:
+        head += f"#define TG_MATH {math_namespace}\n"
+    if "TG_FAST_FLOAT" in text:
+        head += f"#define TG_FAST_FLOAT {int(fast_float)}\n"
+    body = f"\nnamespace {{\n\n{text}\n}}  // namespace\n" if chosen else ""
+    return head + INCLUDES + body

@@ -4,11 +4,16 @@ The entry point `tg_run(ins, outs, arena)` takes the graph inputs, the parameter
 `graph.params` order) and the folded values (`fold.py`) in `ins`, the kernel-produced graph
 outputs in `outs`, and the arena that holds every tensor passed between kernels; it returns 0, or
 1 when a gather index was out of range.
+
+Names follow the IR (`ProgramNames`): one identifier per tensor for the whole translation unit
+(kernel parameters, the tile buffers of intermediates, the entry point's pointers), and one
+function per kernel, `kernel_<kernel name>`. Helpers of the prelude appear only where used.
 Generated text depends only on the Program and the options, so it is byte-identical across runs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from tilegraph.backends.arena import Arena, plan_arena
 from tilegraph.ir.graph import Value
@@ -21,7 +26,7 @@ from .dialect import Dialect
 from .emit import KernelEmitter, MicroKernel
 from .fold import NO_FOLDING, Folding, plan_folding
 from .layout import emit_layout
-from .names import c_type, mangle, nbytes
+from .names import NameTable, c_type, cpp_reserved, identifier, mangle, nbytes
 from .prelude import prelude
 
 
@@ -65,13 +70,42 @@ def kernel_operands(kernel: Kernel, folding: Folding) -> tuple[list[Value], list
 TEMPLATE_EMITTERS = {"attention": AttentionEmitter}  # kernel template -> its emitter (C++ and SYCL)
 
 
-def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroKernel,
-                     folding: Folding = NO_FOLDING) -> tuple[str, str]:
-    """(function name, its text) for one kernel."""
-    name = f"kernel_{index}"
+@dataclass(frozen=True)
+class ProgramNames:
+    """The identifiers of one translation unit: a tensor name per Value (graph inputs and
+    parameters first, then every node result in graph order) and a function name per kernel."""
+
+    values: MappingProxyType
+    functions: MappingProxyType  # kernel name -> function
+    table: NameTable  # every name above taken: `table.child()` is a kernel's scope for more
+
+    @staticmethod
+    def of(program: Program) -> ProgramNames:
+        table = NameTable(cpp_reserved)
+        values: dict[Value, str] = {}
+        graph = program.graph
+        for value in [*graph.inputs, *graph.params, *(v for n in graph.nodes for v in n.results)]:
+            if value not in values:
+                values[value] = table.take(identifier(value.name))
+        functions: dict[str, str] = {}
+        taken: set[str] = set()
+        for kernel in program.kernels:
+            stem = f"kernel_{identifier(kernel.name, 'k')}"
+            name, n = stem, 2
+            while name in taken:
+                name, n = f"{stem}_{n}", n + 1
+            taken.add(name)
+            functions[kernel.name] = name
+        return ProgramNames(MappingProxyType(values), MappingProxyType(functions), table)
+
+
+def _kernel_function(kernel: Kernel, name: str, dialect: Dialect, micro: MicroKernel,
+                     folding: Folding = NO_FOLDING, names: ProgramNames | None = None) -> str:
+    """The text of one kernel's function `name`."""
     reads, writes = kernel_operands(kernel, folding)
     values = reads + writes
-    params = {v: f"p{n}" for n, v in enumerate(values)}
+    tensor = names.values if names is not None else {v: f"p{n}" for n, v in enumerate(values)}
+    params = {v: tensor[v] for v in values}
     signature = dialect.signature(name, [(c_type(v.type.dtype, _op_of(v, kernel)), params[v], n >= len(reads))
                                          for n, v in enumerate(values)])
     code = Code()
@@ -83,16 +117,17 @@ def _kernel_function(kernel: Kernel, index: int, dialect: Dialect, micro: MicroK
             dialect.flag_begin(code)
             emit_layout(code, node, dialect, params)
             dialect.flag_end(code)
-        return name, code.text()
+        return code.text()
     if kernel.template is None:
-        emitter = KernelEmitter(kernel, domain, dialect, params, micro, folding.node_set)
+        emitter = KernelEmitter(kernel, domain, dialect, params, micro, folding.node_set, names=names)
     else:
-        emitter = lowering_for(dialect.name, kernel.kind, TEMPLATE_EMITTERS)(kernel, domain, dialect, params, micro)
+        emitter = lowering_for(dialect.name, kernel.kind, TEMPLATE_EMITTERS)(kernel, domain, dialect, params, micro,
+                                                                            names=names)
     emitter.header_comment(code)
     with code.block(signature):
         emitter.emit_body(code)
         code.line("return 0;")
-    return name, code.text()
+    return code.text()
 
 
 def _op_of(value: Value, kernel: Kernel) -> str:
@@ -109,20 +144,21 @@ def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKerne
     arena = plan_arena(program, order, size_of=nbytes, exclude=folding.values)
     outputs = written_outputs(program)
     graph = program.graph
+    names = ProgramNames.of(program)
     code = Code()
     code.line(f"// generated by tilegraph ({dialect.name} backend) for graph {mangle(graph.name)}; do not edit")
     code.line(f"// {len(order)} kernels, arena {arena.size} bytes ({arena.source})")
-    text = [code.text(), dialect.includes(), prelude(dialect.math_namespace, dialect.fast_float), dialect.head()]
-    names = []
-    for n, kernel in enumerate(order):
-        name, body = _kernel_function(kernel, n, dialect, micro, folding)
-        names.append(name)
-        text.append(body)
-    text.append(_entry(program, order, names, arena, outputs, dialect, folding))
-    return Generated("\n".join(text), arena, order, outputs, folding)
+    bodies = [_kernel_function(kernel, names.functions[kernel.name], dialect, micro, folding, names)
+              for kernel in order]
+    bodies.append(_entry(program, order, names, arena, outputs, dialect, folding))
+    used = "\n".join(bodies)
+    text = [code.text(), dialect.includes(), prelude(dialect.math_namespace, dialect.fast_float, used,
+                                                     dialect.helpers())]
+    return Generated("\n".join(text + bodies), arena, order, outputs, folding)
 
 
-def _entry(program: Program, order, names, arena: Arena, outputs, dialect: Dialect, folding: Folding) -> str:
+def _entry(program: Program, order, names: ProgramNames, arena: Arena, outputs, dialect: Dialect,
+           folding: Folding) -> str:
     graph = program.graph
     ptr: dict[Value, str] = {}
     code = Code()
@@ -133,20 +169,22 @@ def _entry(program: Program, order, names, arena: Arena, outputs, dialect: Diale
         bindings: list[tuple[Value, str, str]] = []  # value, pointer name, where
         for n, v in enumerate(slots):
             if v not in ptr:
-                ptr[v] = f"v{len(ptr)}"
+                ptr[v] = names.values[v]
                 bindings.append((v, ptr[v], f"ins[{n}]"))
         for n, v in enumerate(outputs):
-            ptr[v] = f"v{len(ptr)}"
+            ptr[v] = names.values[v]
             bindings.append((v, ptr[v], f"outs[{n}]"))
         for v, offset in arena.offsets.items():
-            ptr[v] = f"v{len(ptr)}"
+            ptr[v] = names.values[v]
             bindings.append((v, ptr[v], f"arena + {offset}"))
         dialect.bind(code, bindings, arena.size)
         code.line("int err = 0;")
-        for kernel, name in zip(order, names):
+        for kernel in order:
             reads, writes = kernel_operands(kernel, folding)
             args = [ptr[v] for v in reads + writes]
-            code.line(f"if (!err) err = {dialect.call(name, args)};  // {mangle(kernel.name)}")
+            function = names.functions[kernel.name]
+            note = f"  // kernel {mangle(kernel.name)}" if function != f"kernel_{kernel.name}" else ""
+            code.line(f"if (!err) err = {dialect.call(function, args)};{note}")
         dialect.unbind(code, bindings, len(slots), len(outputs))
         code.line("return err;")
     return code.text()

@@ -99,7 +99,7 @@ class DotMixin:
         value, amap = node.inputs[j], self.domain.compose_map(i, space.inputs[j])
         rows, cols = (plan.ms, plan.ks) if which == 0 else (plan.ks, plan.ns)
         size = {d: self.loops[d].block for d in range(self.R)}
-        name = self.fresh("d")
+        name = self.fresh(f"{self.tensor(value)}_op")
         loops = frozenset(d for e in amap.exprs for d, _ in e.terms)
         if plan.simple and value not in self.env and amap.pad in (None, 0.0) and loops == {rows[0], cols[0]}:
             # a straight 2-D load feeding the dot (what the software pipeliner looks for)
@@ -142,7 +142,7 @@ class DotMixin:
 
     def dot_block(self, i: int, plan: DotPlan) -> str:
         """The dot of node i as a rank-R block over M + N (+ batch) loops."""
-        out = self.fresh("p")
+        out = self.fresh(f"{self.tensor(self.domain.nodes[i].results[0])}_part")
         self.line(f"{out} = {self.dot_product(i, plan)}")
         order = list(plan.bs + plan.ms + plan.ns)
         self.line(f"{out} = tl.reshape({out}, ({', '.join(str(self.loops[d].block) for d in order)},))")

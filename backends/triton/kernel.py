@@ -32,6 +32,7 @@ from tilegraph.ir.templates import lowering_for
 
 from .attention import AttentionMixin
 from .dot import GROUP_M, MIN_DOT, DotMixin, split_update
+from .names import NameTable, identifier, py_reserved
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
 
 MAX_NUMEL = 1 << 20  # Triton's largest block tensor
@@ -106,8 +107,13 @@ def plan_loops(kernel: Kernel, domain) -> tuple[LoopPlan, ...]:
 class KernelEmitter(DotMixin, AttentionMixin):
     """Emits one kernel; `emit()` returns its KernelSource."""
 
-    def __init__(self, kernel: Kernel, domain, function: str, interpreter: bool = False) -> None:
+    def __init__(self, kernel: Kernel, domain, function: str, interpreter: bool = False,
+                 names: dict[Value, str] | None = None) -> None:
         self.kernel, self.domain, self.function = kernel, domain, function
+        # tensors as the module names them (`names.tensor_names`); blocks inside the kernel are
+        # called after the value they hold, pointers `<tensor>_ptr`, in the kernel's own scope
+        self.names = names if names is not None else {}
+        self.scope = NameTable(py_reserved)
         self.interpreter = interpreter
         self.loops = plan_loops(kernel, domain)
         self.R = len(self.loops)
@@ -123,12 +129,10 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.open: list[int] = []  # reduction loops whose `for` is open
         self.hoist_at, self.hoist_depth = 0, 1
         self.acc2d: dict[Value, tuple[int, int]] = {}  # accumulators kept as 2-D [m, n] tl.dot tiles
-        self.counter = 0
         self.masks: dict[int, str | None] = {}
         self.uses_dot = False
         inputs, outputs = kernel.inputs, kernel.outputs
-        self.pointer = {v: f"in{j}" for j, v in enumerate(inputs)}
-        self.pointer.update({v: f"out{j}" for j, v in enumerate(outputs)})
+        self.pointer = {v: self.scope.take(f"{self.tensor(v)}_ptr") for v in (*inputs, *outputs)}
         self.outputs = set(outputs)
         self.args = tuple(inputs) + tuple(outputs)
         self.wide = any(v.type.numel >= 2 ** 31 for v in self.args)
@@ -163,9 +167,13 @@ class KernelEmitter(DotMixin, AttentionMixin):
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
+    def tensor(self, value: Value) -> str:
+        """The value's name in the module (its sanitized IR name when emitted on its own)."""
+        return self.names.get(value) or identifier(value.name)
+
     def fresh(self, stem: str) -> str:
-        self.counter += 1
-        return f"{stem}{self.counter}"
+        """A new local of the kernel: `stem`, or `stem_2`, ... when taken."""
+        return self.scope.take(stem)
 
     def shape(self, loops) -> str:
         dims = [str(self.loops[k].block) if k in loops else "1" for k in range(self.R)]
@@ -242,7 +250,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         masks += self.pad_masks(value, amap)
         t = tl_type(value.type.dtype)
         fill = literal(amap.pad if amap.pad is not None else 0.0, t)
-        name = self.fresh("v")
+        name = self.fresh(self.tensor(value))
         address = f"{self.pointer[value]} + {self.offsets(value, amap)}"
         text = f"{name} = tl.load({address}, mask={' & '.join(masks)}, other={fill})" if masks \
             else f"{name} = tl.load({address})"
@@ -311,7 +319,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
                 e = cast(self.read(node.inputs[body.index], self.domain.compose_map(i, space.inputs[body.index]))[0], t)
             else:
                 e = cast(self.translator(i, t)(body), t)
-            name = self.fresh("t")
+            name = self.fresh(self.tensor(value))
             self.line(f"{name} = tl.broadcast_to({e.code}, {self.shape(loops)})")
             self.env[value] = Expr(name, t)
             self.shape_of[value] = loops
@@ -327,7 +335,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
             start = literal(init, t)
             if t == "int1":  # tl.sum/max of int1 give int32: count in int32, `!= 0` when finished
                 t = "int32"
-            name = self.fresh("a")
+            name = self.fresh(f"{self.tensor(value)}_acc")
             if plan is not None and plan.simple and init == 0.0:
                 (m,), (n,) = plan.ms, plan.ns
                 self.acc2d[value] = (m, n)
@@ -357,7 +365,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
             else:
                 self.check_size(i, loops)
                 e = cast(self.translator(i, acc.type)(expr), acc.type)
-                part = self.fresh("p")
+                part = self.fresh(f"{self.tensor(value)}_part")
                 self.line(f"{part} = tl.broadcast_to({e.code}, {self.shape(loops)})")
                 mask = self.mask_of(reduced)
                 if mask:
@@ -374,7 +382,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         loops = self.region(i) - self.domain.reduces(i)
         for value, amap in zip(node.results, space.outputs):
             t = tl_type(value.type.dtype)
-            name = self.fresh("t")
+            name = self.fresh(self.tensor(value))
             self.line(f"{name} = {cast(self.acc[value], t).code}")
             if value in self.acc2d:
                 m, n = self.acc2d[value]
@@ -400,6 +408,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         args = ", ".join(self.pointer[v] for v in self.args)
         self.lines.append("@triton.jit")
         self.lines.append(f"def {self.function}({args}):")
+        self.line(self.tile_comment())
         self.line("pid = tl.program_id(0)")
         self.line(f"zr = tl.zeros({self.shape(())}, dtype=tl.{'int64' if self.wide else 'int32'})")
         grouped = self.grouped_tiles()
@@ -424,6 +433,15 @@ class KernelEmitter(DotMixin, AttentionMixin):
                     self.define_loop(k, "0")
             elif plan.kind != REDUCTION or plan.count == 1:
                 self.define_loop(k, "0")
+
+    def tile_comment(self) -> str:
+        """`# tile: d0=32 (parallel), d2=64 (reduction)`: every loop's tile as generated (after
+        `walk_reductions_in_chunks`), with its block of lanes where that is wider."""
+        parts = []
+        for k, plan in enumerate(self.loops):
+            block = f", block {plan.block}" if plan.block != plan.tile else ""
+            parts.append(f"d{k}={plan.tile} ({plan.kind}{block})")
+        return f"# tile: {', '.join(parts)}"
 
     def reduction_loops(self, loops: tuple[int, ...]) -> tuple[int, ...]:
         """Open a `for` per reduction loop of several tiles (one-tile loops are defined up front)."""
@@ -484,9 +502,11 @@ class KernelEmitter(DotMixin, AttentionMixin):
         return KernelSource(self.function, "\n".join(self.lines) + "\n", grid, self.args, self.loops, self.uses_dot)
 
 
-def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False) -> KernelSource:
-    """The `@triton.jit` source of one structured kernel (raises TilegraphError when unsupported)."""
-    return KernelEmitter(kernel, domain, function, interpreter).emit()
+def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False,
+                names: dict[Value, str] | None = None) -> KernelSource:
+    """The `@triton.jit` source of one structured kernel (raises TilegraphError when unsupported);
+    `names`: the module's tensor names (default: from the values' IR names)."""
+    return KernelEmitter(kernel, domain, function, interpreter, names).emit()
 
 
 __all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2", "MAX_NUMEL"]

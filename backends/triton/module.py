@@ -1,19 +1,25 @@
 """The generated Python module: helpers, one `@triton.jit` function per kernel, one launch step per kernel.
 
-Tensors live in a list `t` of slots (graph inputs, then parameters, then kernel outputs in Program
-order, then the arena). Intermediates are views into one byte arena laid out by
-`tilegraph.backends.arena` (from the memory plan where it has one, else by liveness); graph outputs
-get their own tensors. Step `i` binds kernel i's outputs and launches it:
+Tensors are named after the IR values they hold (`names.tensor_names`): graph inputs and
+parameters come in as arguments of the steps, intermediates are views into one byte arena laid out
+by `tilegraph.backends.arena` (from the memory plan where it has one, else by liveness), graph
+outputs get their own tensors. Step `step_<kernel>` binds the kernel's outputs, launches it and
+returns them:
 
-    def step_0(t, dev, warps, stages):
-        t[3] = _view(t[5], 0, 6660, (37, 45), torch.float32)
-        tg_k0_k0[(1,)](t[0], t[1], t[3], num_warps=warps, num_stages=stages)
+    def step_k0(dev, warps, stages, arena, x, w):
+        # kernel k0 (generic): matmul, relu
+        v1 = _view(arena, 0, 6660, (37, 45), torch.float32)
+        kernel_k0[(1,)](x, w, v1, num_warps=warps, num_stages=stages)
+        return (v1,)
 
-Layout kernels (reshape, concat, gather) are data movement, done with torch in their step.
-The text depends only on the Program, so the same Program always gives the same source.
+`STEPS` lists the steps in Program order; the runtime passes each the tensors it reads (its
+arguments after `arena`) and keeps what it returns under the names it binds. Layout kernels (reshape, concat, gather) are data movement,
+done with torch in their step. Helpers appear only where a kernel calls them. The text depends only
+on the Program, so the same Program always gives the same source.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tilegraph.backends.arena import Arena, plan_arena
@@ -23,7 +29,7 @@ from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.types import DType
 
 from .kernel import KernelSource, emit_kernel
-from .names import kernel_function, mangle
+from .names import identifier, kernel_functions, mangle, tensor_names
 from .scalar import HELPERS
 
 TORCH_DTYPE = {DType.f32: "torch.float32", DType.f16: "torch.float16", DType.bf16: "torch.bfloat16",
@@ -35,15 +41,19 @@ ARENA_VIEW = '''def _view(arena, offset, nbytes, shape, dtype):
     return arena[offset:offset + nbytes].view(dtype).view(shape)
 '''
 
+# The fixed arguments of every step, before the tensors it reads.
+STEP_ARGS = ("dev", "warps", "stages", "arena")
+
 
 @dataclass
 class GeneratedModule:
     """The module text and what the runtime needs to call it."""
 
     text: str
-    slots: dict[Value, int]
+    names: dict[Value, str]  # every tensor's name in the module (steps' arguments and results)
     kernels: list[KernelSource | None]  # None for a layout step
     arena: Arena
+    steps: list[tuple[tuple[Value, ...], tuple[Value, ...]]]  # per step: tensors it reads, it returns
 
 
 def _shape(value: Value) -> str:
@@ -51,19 +61,18 @@ def _shape(value: Value) -> str:
     return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _bind(value: Value, slot: int, arena: Arena, arena_slot: int) -> str:
+def _bind(value: Value, name: str, arena: Arena) -> str:
     """The line that gives a kernel output its storage: a view into the arena, or its own tensor."""
     dtype = TORCH_DTYPE[value.type.dtype]
     if value in arena.offsets:
-        return (f"    t[{slot}] = _view(t[{arena_slot}], {arena.offsets[value]}, {value.type.nbytes}, "
-                f"{_shape(value)}, {dtype})")
-    return f"    t[{slot}] = torch.empty({_shape(value)}, dtype={dtype}, device=dev)"
+        return f"    {name} = _view(arena, {arena.offsets[value]}, {value.type.nbytes}, {_shape(value)}, {dtype})"
+    return f"    {name} = torch.empty({_shape(value)}, dtype={dtype}, device=dev)"
 
 
-def _layout_expr(kernel: Kernel, slots: dict[Value, int]) -> str:
+def _layout_expr(kernel: Kernel, names: dict[Value, str]) -> str:
     """A torch expression computing the one layout node of `kernel` (no iteration space)."""
     (node,) = kernel.nodes
-    ins = [f"t[{slots[v]}]" for v in node.inputs]
+    ins = [names[v] for v in node.inputs]
     if node.op == "reshape":
         return f"{ins[0]}.reshape({_shape(node.result)})"
     if node.op == "concat":
@@ -77,13 +86,31 @@ def _layout_expr(kernel: Kernel, slots: dict[Value, int]) -> str:
                          "(only reshape, concat and gather run as data movement)")
 
 
-def _layout_step(kernel: Kernel, slots: dict[Value, int], arena: Arena, arena_slot: int) -> list[str]:
+def _layout_step(kernel: Kernel, names: dict[Value, str], arena: Arena) -> list[str]:
     """Torch code for a layout kernel: the result copied into its arena view, or kept as a new tensor."""
     result = kernel.nodes[0].result
-    out, expr = f"t[{slots[result]}]", _layout_expr(kernel, slots)
+    out, expr = names[result], _layout_expr(kernel, names)
     if result in arena.offsets:
-        return [_bind(result, slots[result], arena, arena_slot), f"    {out}.copy_({expr})"]
+        return [_bind(result, out, arena), f"    {out}.copy_({expr})"]
     return [f"    {out} = ({expr}).contiguous()"]
+
+
+_JIT = re.compile(r"@triton\.jit\ndef (\w+)\(")
+
+
+def _helpers(used: str) -> str:
+    """The `@triton.jit` helpers of `HELPERS` that `used` calls, and those they call."""
+    chunks = [c for c in re.split(r"\n(?=@triton\.jit\n)", HELPERS.strip("\n") + "\n") if c.strip()]
+    by_name = {_JIT.match(c).group(1): c for c in chunks}
+    wanted: set[str] = set()
+    todo = [name for name in by_name if re.search(rf"\b{name}\(", used)]
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            body = by_name[name].split("\n", 2)[2]
+            todo += [other for other in by_name if re.search(rf"\b{other}\(", body)]
+    return "".join(f"\n{by_name[name].rstrip()}\n\n" for name in by_name if name in wanted)
 
 
 def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
@@ -92,44 +119,57 @@ def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
     products are widened to f32 there; the GPU source keeps them on the tensor cores."""
 
     graph = program.graph
-    slots: dict[Value, int] = {}
-    for value in list(graph.inputs) + list(graph.params):
-        slots.setdefault(value, len(slots))
-    for kernel in program.kernels:
-        for value in kernel.outputs:
-            slots.setdefault(value, len(slots))
+    names, _ = tensor_names(program)
+    functions = kernel_functions(program)
     arena = plan_arena(program, program.kernels)
-    arena_slot = len(slots)
-    parts = ['"""Generated by tilegraph (Triton backend). Do not edit."""',
-             "import torch", "import triton", "import triton.language as tl", "", HELPERS, ARENA_VIEW]
+    kernels: list[str] = []
     steps: list[str] = []
+    step_names: list[str] = []
+    io: list[tuple[tuple[Value, ...], tuple[Value, ...]]] = []
     sources: list[KernelSource | None] = []
-    for position, kernel in enumerate(program.kernels):
+    for kernel in program.kernels:
         domain = kernel.domain
-        ops = ", ".join(mangle(n.op, prefix="") for n in kernel.nodes)
-        steps.append(f"def step_{position}(t, dev, warps, stages):")
-        steps.append(f"    # kernel {position} ({kernel.kind}): {ops}")
+        ops = ", ".join(identifier(n.op) for n in kernel.nodes)
+        step = f"step_{functions[kernel.name][len('kernel_'):]}"
+        reads, writes = tuple(dict.fromkeys(kernel.inputs)), tuple(kernel.outputs)
+        step_names.append(step)
+        io.append((reads, writes))
+        steps.append(f"def {step}({', '.join([*STEP_ARGS, *(names[v] for v in reads)])}):")
+        steps.append(f"    # kernel {mangle(kernel.name, prefix='')} ({kernel.kind}): {ops}")
         if not domain.structured:
-            steps.extend(_layout_step(kernel, slots, arena, arena_slot))
+            steps.extend(_layout_step(kernel, names, arena))
             sources.append(None)
         else:
-            source = emit_kernel(kernel, domain, kernel_function(position, kernel.name), interpreter)
+            source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names)
             sources.append(source)
-            parts.append(source.text)
-            for value in kernel.outputs:
-                steps.append(_bind(value, slots[value], arena, arena_slot))
-            args = ", ".join(f"t[{slots[v]}]" for v in source.args)
+            kernels.append(source.text)
+            for value in writes:
+                steps.append(_bind(value, names[value], arena))
+            args = ", ".join(names[v] for v in source.args)
             steps.append(f"    {source.function}[({source.grid},)]({args}, num_warps=warps, num_stages=stages)")
+        steps.append(f"    return {_tuple(names[v] for v in writes)}")
         steps.append("")
         steps.append("")
+    used = "\n".join(kernels + steps)
+    parts = ['"""Generated by tilegraph (Triton backend). Do not edit."""',
+             "import torch", "import triton", "import triton.language as tl", ""]
+    helpers = _helpers(used)
+    if helpers:
+        parts.append(helpers)
+    if "_view(" in used:
+        parts.append(ARENA_VIEW)
+    parts.extend(kernels)
     parts.append("")
     parts.extend(steps)
-    parts.append(f"STEPS = [{', '.join(f'step_{i}' for i in range(len(program.kernels)))}]")
-    parts.append(f"SLOTS = {arena_slot + 1}")
-    parts.append(f"ARENA_SLOT = {arena_slot}")
+    parts.append(f"STEPS = [{', '.join(step_names)}]")
     parts.append(f"ARENA_BYTES = {arena.size}  # {arena.source}")
-    parts.append(f"OUTPUTS = [{', '.join(str(slots[v]) for v in graph.outputs)}]")
-    return GeneratedModule("\n".join(parts) + "\n", slots, sources, arena)
+    parts.append(f"# outputs: {', '.join(names[v] for v in graph.outputs)}")
+    return GeneratedModule("\n".join(parts) + "\n", names, sources, arena, io)
+
+
+def _tuple(items) -> str:
+    items = list(items)
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
 
 
 __all__ = ["generate", "GeneratedModule", "TORCH_DTYPE"]

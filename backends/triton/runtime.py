@@ -118,38 +118,41 @@ class TritonProgram(CompiledProgram):
         torch = _torch()
         device = self._device()
         module = self.module()
-        slots = [None] * module.SLOTS
-        slots[module.ARENA_SLOT] = torch.empty(module.ARENA_BYTES, dtype=torch.uint8, device=device)
+        names = self.generated.names
+        arena = torch.empty(module.ARENA_BYTES, dtype=torch.uint8, device=device)
+        env: dict = {}  # tensor name in the module -> tensor
         for value, tensor in zip(graph.inputs, inputs):
             want = torch_dtype(value.type.dtype)
             if tuple(tensor.shape) != value.type.shape:
                 raise TilegraphError(f"input %{value.name}: shape {tuple(tensor.shape)}, expected {value.type.shape}")
-            slots[self.generated.slots[value]] = tensor.to(device=device, dtype=want).contiguous()
+            env[names[value]] = tensor.to(device=device, dtype=want).contiguous()
         key = str(device)
         if key not in self._params:
             self._params[key] = {v: self.to_torch(a, v.type.dtype, device) for v, a in self.params.items()}
         for value, tensor in self._params[key].items():
-            if value in self.generated.slots:
-                slots[self.generated.slots[value]] = tensor
+            if value in names:
+                env[names[value]] = tensor
         tune = self.autotune and device.type == "cuda" and not self.tuned
         cache = autotune.ConfigCache() if tune else None
-        for position, step in enumerate(module.STEPS):
+        for position, (step, (reads, writes)) in enumerate(zip(module.STEPS, self.generated.steps)):
+            args = [env[names[v]] for v in reads]
+            launch = lambda warps, stages, step=step, args=args: step(device, warps, stages, arena, *args)  # noqa: E731
             source = self.generated.kernels[position]
             if tune and source is not None:
-                self.configs[position] = self._tune(position, step, source, slots, device, cache)
-            warps, stages = self.configs[position]
-            step(slots, device, warps, stages)
+                self.configs[position] = self._tune(position, launch, source, device, cache)
+            results = launch(*self.configs[position])
+            env.update(zip((names[v] for v in writes), results))
         self.tuned = self.tuned or tune
-        return [slots[i] for i in module.OUTPUTS]
+        return [env[names[v]] for v in graph.outputs]
 
-    def _tune(self, position, step, source, slots, device, cache) -> tuple[int, int]:
+    def _tune(self, position, launch, source, device, cache) -> tuple[int, int]:
         import torch
 
         key = autotune.config_key(source.text, torch.cuda.get_device_name(device))
         found = cache.get(key)
         if found is not None:
             return found
-        best, times = autotune.tune(lambda w, s: step(slots, device, w, s), autotune.candidates(source.uses_dot))
+        best, times = autotune.tune(launch, autotune.candidates(source.uses_dot))
         self.timings[position] = times
         cache.put(key, best)
         return best

@@ -134,7 +134,7 @@ def test_intermediates_are_views_into_a_reused_arena():
     assert set(arena.offsets) == set(intermediates) and len(intermediates) >= 4
     assert arena.source == "liveness"
     assert arena.size < sum(v.type.nbytes for v in intermediates)  # dead tensors' bytes are reused
-    assert f"ARENA_BYTES = {arena.size}" in fn.source and fn.source.count("_view(t[") == len(intermediates)
+    assert f"ARENA_BYTES = {arena.size}" in fn.source and fn.source.count("= _view(arena, ") == len(intermediates)
     assert "arena " in fn.report()
 
 
