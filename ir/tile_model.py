@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilegraph.ir.domain import Access, KernelDomain
+from tilegraph.ir.domain import FULL, Access, KernelDomain
 from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.target import Target
@@ -172,3 +172,25 @@ def lower_bound(domain: KernelDomain, template: KernelTemplate | None, target: T
         if bound > best.bytes:
             best = LowerBound(int(bound), "hong-kung")
     return best
+
+
+# ----- the grid of candidate tilings (the tile pass searches it; the simulator re-tiles streamed kernels on it)
+def candidates(extent: int, kind: str) -> list[int]:
+    """Tile sizes tried for one loop: powers of two below its extent, and the extent (a full loop: its extent)."""
+    if kind == FULL or extent <= 1:
+        return [extent]
+    sizes = [1 << k for k in range(max(1, extent.bit_length())) if (1 << k) < extent]
+    return sizes + [extent]
+
+
+def thin(cands: list[list[int]], limit: int) -> list[list[int]]:
+    """The candidate sizes per loop, every other middle one dropped from the widest until at most `limit` tilings."""
+    cands = [list(c) for c in cands]
+    while math.prod(len(c) for c in cands) > limit:
+        widest = max(range(len(cands)), key=lambda i: len(cands[i]))
+        c = cands[widest]
+        if len(c) <= 2:
+            break
+        middle = c[1:-1]
+        cands[widest] = [c[0]] + middle[1::2] + [c[-1]]
+    return cands

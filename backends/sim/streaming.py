@@ -15,8 +15,7 @@ import numpy as np
 
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.target import Target
-from tilegraph.ir.tile_model import evaluate, footprint, loop_orders, moves
-from tilegraph.passes.tiling.search import candidates, thin
+from tilegraph.ir.tile_model import candidates, evaluate, footprint, loop_orders, moves, thin
 
 MAX_CANDIDATES = 4096  # tilings tried per kernel with streamed tensors
 

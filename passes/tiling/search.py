@@ -12,7 +12,6 @@ on a GPU, parallelism (up to its multiprocessors) comes before traffic.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +20,7 @@ from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
 from tilegraph.ir.target import Target
 
 from tilegraph.ir.domain import FULL, KernelDomain
-from tilegraph.ir.tile_model import evaluate, loop_orders
+from tilegraph.ir.tile_model import candidates, evaluate, loop_orders, thin
 
 
 @dataclass(frozen=True)
@@ -33,26 +32,6 @@ class Tiling:
     working_set: int
     traffic: int
     parallel: int
-
-
-def candidates(extent: int, kind: str) -> list[int]:
-    if kind == FULL or extent <= 1:
-        return [extent]
-    sizes = [1 << k for k in range(max(1, extent.bit_length())) if (1 << k) < extent]
-    return sizes + [extent]
-
-
-def thin(cands: list[list[int]], limit: int) -> list[list[int]]:
-    """The candidate sizes per loop, every other middle one dropped from the widest until at most `limit` tilings."""
-    cands = [list(c) for c in cands]
-    while math.prod(len(c) for c in cands) > limit:
-        widest = max(range(len(cands)), key=lambda i: len(cands[i]))
-        c = cands[widest]
-        if len(c) <= 2:
-            break
-        middle = c[1:-1]
-        cands[widest] = [c[0]] + middle[1::2] + [c[-1]]
-    return cands
 
 
 def full_order(domain: KernelDomain, order: list[int]) -> tuple[int, ...]:
