@@ -18,7 +18,6 @@ kernel's loads of it; `result_moves` writes each result once, as SCALE-Sim's ofm
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Protocol
 
 from tilegraph.ir.accel import Accelerator
@@ -81,7 +80,7 @@ def _scaled(moves: list[Move], total: int) -> list[Move]:
     out, done = [], 0
     for i, m in enumerate(moves):
         size = total - done if i == len(moves) - 1 else m.bytes * total // have
-        out.append(dataclasses.replace(m, bytes=size))
+        out.append(m.sized(size))
         done += size
     return out
 
@@ -118,7 +117,7 @@ def _merged(moves: list[Move]) -> list[Move]:
     out: dict[tuple, Move] = {}
     for m in moves:
         key = (m.tensor, m.compulsory, m.streamed, m.psum)
-        out[key] = dataclasses.replace(out[key], bytes=out[key].bytes + m.bytes) if key in out else m
+        out[key] = out[key].sized(out[key].bytes + m.bytes) if key in out else m
     return list(out.values())
 
 
@@ -136,9 +135,9 @@ def calc_moves(steps: list[_Step], accel: Accelerator) -> None:
                 take = min(fill_left.setdefault(move.tensor, active_bytes(accel)), move.bytes)
                 fill_left[move.tensor] -= take
                 if take:
-                    fills.append(dataclasses.replace(move, bytes=take, timed=True))
+                    fills.append(move.sized(take, timed=True))
                 if move.bytes > take:
-                    rest.append(dataclasses.replace(move, bytes=move.bytes - take, timed=False))
+                    rest.append(move.sized(move.bytes - take, timed=False))
             step.loads = rest
     steps[0].loads = _merged(fills) + steps[0].loads
     written = sum(m.bytes for step in steps for m in step.stores)
@@ -150,8 +149,8 @@ def calc_moves(steps: list[_Step], accel: Accelerator) -> None:
             take = min(left, move.bytes)
             left -= take
             if take:
-                drained.append(dataclasses.replace(move, bytes=take, timed=True))
+                drained.append(move.sized(take, timed=True))
             if move.bytes > take:
-                rest.append(dataclasses.replace(move, bytes=move.bytes - take, timed=False))
+                rest.append(move.sized(move.bytes - take, timed=False))
         step.stores = rest[::-1]
     steps[-1].stores += _merged(drained[::-1])

@@ -155,7 +155,7 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
         for move in (operand_moves(kernel, loads[t], accel, streamed) if accel.dram_model == "calc" else loads[t]):
             if move.tensor in reads:
                 for s in range(n):
-                    mine[s].loads.append(dataclasses.replace(move, bytes=share(move.bytes, n, s)))
+                    mine[s].loads.append(move.sized(share(move.bytes, n, s)))
             else:
                 mine[0].loads.append(move)
         psums = [Move(tensor, size, psum=True) for tensor, size in psum_bytes(kernel, accel)]
@@ -163,7 +163,7 @@ def _steps(program: Program, accel: Accelerator) -> tuple[list[_Step], list[Kern
         for move in kernel_stores + psums:
             if move.tensor in writes or move.psum:
                 for s in range(n):
-                    mine[s].stores.append(dataclasses.replace(move, bytes=share(move.bytes, n, s)))
+                    mine[s].stores.append(move.sized(share(move.bytes, n, s)))
             else:
                 mine[-1].stores.append(move)
         if accel.dram_model == "calc":

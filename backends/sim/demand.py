@@ -26,7 +26,7 @@ import numpy as np
 
 from tilegraph.ir.graph import Node
 
-from .readbuffer import epoch_reads, sweep_reads
+from .readbuffer import repeated_reads, sweep_reads
 from .workload import node_gemm
 
 
@@ -135,16 +135,13 @@ def _term_major(geo: ImageGemm, rows: int) -> tuple[np.ndarray, int]:
     an output row reads a small part of an epoch when its channels are few."""
     if geo.channels >= rows:
         block = math.gcd(geo.channels, rows)
-        per_pixel, blocks = geo.channels // block, geo.k // block
-        m = np.arange(geo.m)[:, None]
-        out = []
-        for s in range(math.ceil(geo.k / rows)):
-            q = np.arange(s * rows // block, min(blocks, (s + 1) * rows // block))[None, :]
-            offset, channel_block = np.divmod(q, per_pixel)
-            pixel = _pixels(geo, m, offset // geo.kernel[1], offset % geo.kernel[1])
-            units = np.where(pixel >= 0, pixel * per_pixel + channel_block, -1).ravel()
-            out.append(units[units >= 0])
-        return np.concatenate(out), block
+        per_pixel, blocks, per_slice = geo.channels // block, geo.k // block, rows // block
+        slices = math.ceil(geo.k / rows)
+        q = np.arange(slices)[:, None, None] * per_slice + np.arange(per_slice)[None, None, :]  # slice, 1, block
+        offset, channel_block = np.divmod(np.minimum(q, blocks - 1), per_pixel)
+        pixel = _pixels(geo, np.arange(geo.m)[None, :, None], offset // geo.kernel[1], offset % geo.kernel[1])
+        units = np.where((pixel >= 0) & (q < blocks), pixel * per_pixel + channel_block, -1).ravel()
+        return units[units >= 0], block
     kh, kw = geo.kernel
     offsets = np.arange(kh * kw)
     owner = (offsets * geo.channels + geo.channels // 2) // rows
@@ -167,16 +164,6 @@ def _term_major(geo: ImageGemm, rows: int) -> tuple[np.ndarray, int]:
     return np.concatenate(out), geo.channels
 
 
-def _repeated(units: np.ndarray, weights: np.ndarray, sweeps: int, capacity: int) -> int:
-    """Reads of `sweeps` identical sweeps: the first two run, each later one costs what the second
-    did (its start finds the buffer as the second's did: the end of the sweep before)."""
-    if sweeps <= 2:
-        return epoch_reads(np.tile(units, sweeps), weights, capacity)
-    one = epoch_reads(units, weights, capacity)
-    two = epoch_reads(np.tile(units, 2), weights, capacity)
-    return two + (sweeps - 2) * (two - one)
-
-
 def ifmap_reads(geo: ImageGemm, rows: int, cols: int, dataflow: str, capacity: int) -> int:
     """DRAM words SCALE-Sim's ifmap buffer fetches for one group (module docstring)."""
     col_folds = math.ceil(geo.filters / cols)
@@ -186,11 +173,11 @@ def ifmap_reads(geo: ImageGemm, rows: int, cols: int, dataflow: str, capacity: i
     pixels = geo.batch * geo.height * geo.width
     if dataflow == "ws":
         units, block = _term_major(geo, rows)
-        return _repeated(units, np.full(pixels * (geo.channels // block), block), col_folds, capacity)
+        return repeated_reads(units, np.full(pixels * (geo.channels // block), block), capacity, col_folds)
     lanes = rows if dataflow == "os" else cols
     units = _pixel_major(geo, lanes, fine=lanes * geo.channels * geo.kernel[1] * 16 > capacity,
                          slice_terms=rows if dataflow == "is" else 0)
-    return _repeated(units, np.full(pixels, geo.channels), col_folds if dataflow == "os" else 1, capacity)
+    return repeated_reads(units, np.full(pixels, geo.channels), capacity, col_folds if dataflow == "os" else 1)
 
 
 def filter_reads(geo: ImageGemm, rows: int, cols: int, dataflow: str, capacity: int) -> int:

@@ -37,17 +37,23 @@ def next_occurrence(prev: np.ndarray) -> np.ndarray:
     return nxt
 
 
-def epoch_reads(units: np.ndarray, weights: np.ndarray, capacity: int) -> int:
+def epoch_reads(units: np.ndarray, weights: np.ndarray, capacity: int, prev: np.ndarray | None = None,
+                checkpoint: int | None = None) -> int | tuple[int, int]:
     """DRAM words fetched for the unit stream `units` (unit ids in demand order; `weights[u]` words
-    each) through a read buffer whose epochs close at `capacity` distinct words (module docstring)."""
+    each) through a read buffer whose epochs close at `capacity` distinct words (module docstring).
+
+    `prev` gives `previous_occurrence(units)` when the caller has it. With `checkpoint`, also the
+    words fetched had the stream ended there: returns (at the checkpoint, at the end).
+    """
     n = len(units)
     if n == 0:
-        return 0
+        return (0, 0) if checkpoint is not None else 0
     capacity = max(1, int(capacity))
     w = np.asarray(weights, dtype=np.int64)[units]
-    prev = previous_occurrence(units)
+    prev = previous_occurrence(units) if prev is None else prev
     nxt = next_occurrence(prev)
     reads = count = 0
+    at_checkpoint = None
     epoch_start, scan = 0, 0  # entries at or after `scan` are new iff prev < epoch_start
     carry_at, carry = n, 0  # the split unit's next request adds the words it left behind
     chunk = 4096
@@ -58,6 +64,8 @@ def epoch_reads(units: np.ndarray, weights: np.ndarray, capacity: int) -> int:
             new[carry_at - scan] += carry
         total = count + np.cumsum(new)
         k = int(np.searchsorted(total, capacity))
+        if checkpoint is not None and at_checkpoint is None and scan < checkpoint <= min(end, scan + k):
+            at_checkpoint = reads + int(total[checkpoint - scan - 1])
         if k == len(total):
             count = int(total[-1])
             scan, chunk = end, min(chunk * 2, 1 << 20)
@@ -70,9 +78,30 @@ def epoch_reads(units: np.ndarray, weights: np.ndarray, capacity: int) -> int:
         while left >= capacity:  # a unit bigger than an epoch closes more of them
             reads += capacity
             left -= capacity
+        if checkpoint is not None and at_checkpoint is None and checkpoint == t + 1:
+            at_checkpoint = reads + left
         epoch_start, scan, count = t, t + 1, left
         carry_at, carry = int(nxt[t]), int(w[t]) - left
+    if checkpoint is not None:
+        return (reads + count if at_checkpoint is None else at_checkpoint), reads + count
     return reads + count
+
+
+def repeated_reads(units: np.ndarray, weights: np.ndarray, capacity: int, sweeps: int) -> int:
+    """Words fetched for `sweeps` identical sweeps of `units`: the first two run, each later one
+    costs what the second did (its start finds the buffer as the second's did: the end of the
+    sweep before)."""
+    n = len(units)
+    if n == 0 or sweeps <= 0:
+        return 0
+    if sweeps == 1:
+        return epoch_reads(units, weights, capacity)
+    prev = previous_occurrence(units)
+    last = np.full(int(units.max()) + 1, -1, dtype=np.int64)
+    last[units] = np.arange(n)  # the last position of every unit in one sweep
+    twice = np.concatenate([prev, np.where(prev >= 0, prev + n, last[units])])
+    one, two = epoch_reads(np.tile(units, 2), weights, capacity, prev=twice, checkpoint=n)
+    return two + (sweeps - 2) * (two - one)
 
 
 def sweep_reads(sweeps: list[tuple[int, int]], capacity: int) -> int:

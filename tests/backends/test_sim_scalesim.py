@@ -21,7 +21,7 @@ from tilegraph.simulation import prepare
 from tilegraph.backends.sim.calc import active_bytes, drain_remainder
 from tilegraph.backends.sim.demand import ImageGemm, filter_reads, ifmap_reads, valid_words
 from tilegraph.backends.sim.footprint import read_bytes
-from tilegraph.backends.sim.readbuffer import epoch_reads, sweep_reads
+from tilegraph.backends.sim.readbuffer import epoch_reads, repeated_reads, sweep_reads
 from tilegraph.backends.sim.workload import node_gemm
 from tilegraph.backends.sim.scalesim import ScaleSimUnavailable, run_scalesim, scalesim_python
 from tilegraph.backends.sim.scalesim_config import (ConvLayer, ScaleSimConfig, accel_like_scalesim, out_size,
@@ -107,6 +107,17 @@ def test_read_buffer_counts_what_a_word_by_word_buffer_fetches(stream, weights, 
     starts = np.concatenate([[0], np.cumsum(weights)])
     words = np.concatenate([np.arange(starts[u], starts[u + 1]) for u in stream])
     assert epoch_reads(units, np.array(weights), capacity) == oracle.buffer_reads(words, capacity)
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=200), st.integers(1, 60), st.integers(1, 4), st.data())
+def test_read_buffer_checkpoints_and_repeated_sweeps(stream, capacity, sweeps, data):
+    units, weights = np.array(stream), np.arange(1, 32) % 7 + 1
+    cut = data.draw(st.integers(1, len(stream)))
+    assert epoch_reads(units, weights, capacity, checkpoint=cut) == (epoch_reads(units[:cut], weights, capacity),
+                                                                     epoch_reads(units, weights, capacity))
+    tiled = epoch_reads(np.tile(units, sweeps), weights, capacity)
+    if sweeps <= 2:  # run as they are; beyond, each later sweep costs what the second did
+        assert repeated_reads(units, weights, capacity, sweeps) == tiled
 
 
 @given(st.lists(st.tuples(st.integers(1, 200), st.integers(1, 4)), min_size=1, max_size=5), st.integers(1, 300))
