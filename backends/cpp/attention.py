@@ -71,7 +71,11 @@ class AttentionEmitter(KernelEmitter):
     def _open(self, code: Code, loops, shared: bool = True) -> int:
         """Loops over kernel loops in the tile; `shared`: split the rows among work-items."""
         if shared:
-            return self._loops(code, [(f"i{k}", self._lo(k), self._hi(k), 1) for k in loops])
+            depth = self._loops(code, [(f"i{k}", self._lo(k), self._hi(k), 1) for k in loops])
+            if code.depth == depth:  # no row loop (nor guard): a scope of its own for the row's locals
+                code.line("{")
+                code.depth += 1
+            return depth
         depth = code.depth
         for k in loops:
             lo, hi = self._lo(k), self._hi(k)

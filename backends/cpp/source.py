@@ -61,10 +61,13 @@ def written_outputs(program: Program) -> tuple[Value, ...]:
 
 
 def kernel_operands(kernel: Kernel, folding: Folding) -> tuple[list[Value], list[Value]]:
-    """(read, written) tensors of a kernel's function: its inputs plus the folded values its nodes
-    would have computed, and its outputs less those folded values."""
+    """(read, written) tensors of a kernel's function: its inputs that a node it runs reads, plus
+    the folded values its nodes would have computed, and its outputs less those folded values."""
+    folded = folding.node_set
+    runs = [n for n in kernel.nodes if n not in folded]
+    inputs = [v for v in kernel.inputs if any(v in n.inputs for n in runs)]
     inside = [v for n in kernel.nodes for v in n.results if v in folding.inputs]
-    return list(kernel.inputs) + inside, [v for v in kernel.outputs if v not in folding.values]
+    return inputs + inside, [v for v in kernel.outputs if v not in folding.values]
 
 
 TEMPLATE_EMITTERS = {"attention": AttentionEmitter}  # kernel template -> its emitter (C++ and SYCL)

@@ -89,7 +89,7 @@ inline void tg_free(void* p) { std::free(p); }
 
 // kernel k0 (generic): conv2d, reshape, add, relu
 // loops: d0<8 parallel tile 1>, d1<6 parallel tile 6>, d2<28 parallel tile 28>, d3<28 parallel tile 28>, d4<5 reduction tile 5>, d5<5 reduction tile 5>
-static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv1_weight, const float* __restrict__ conv1_bias, const float* __restrict__ v1, float* __restrict__ v2) {
+static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv1_weight, const float* __restrict__ v1, float* __restrict__ v2) {
   // tile: d0=1 (parallel), d1=6 (parallel), d2=28 (parallel), d3=28 (parallel), d4=5 (reduction), d5=5 (reduction)
   {
     {
@@ -322,7 +322,7 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
 
 // kernel k2 (generic): conv2d, reshape, add, relu
 // loops: d0<8 parallel tile 2>, d1<16 parallel tile 16>, d2<10 parallel tile 10>, d3<10 parallel tile 10>, d4<6 reduction tile 6>, d5<5 reduction tile 5>, d6<5 reduction tile 5>
-static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ conv2_weight, const float* __restrict__ conv2_bias, const float* __restrict__ v4, float* __restrict__ v5) {
+static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ conv2_weight, const float* __restrict__ v4, float* __restrict__ v5) {
   // tile: d0=2 (parallel), d1=16 (parallel), d2=10 (parallel), d3=10 (parallel), d4=6 (reduction), d5=5 (reduction), d6=5 (reduction)
   {
 #pragma omp parallel
@@ -866,9 +866,9 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
   float* f1 = reinterpret_cast<float*>(arena + 0);
   float* f2 = reinterpret_cast<float*>(arena + 3840);
   int err = 0;
-  if (!err) err = kernel_k0(x, conv1_weight, conv1_bias, v1, v2);
+  if (!err) err = kernel_k0(x, conv1_weight, v1, v2);
   if (!err) err = kernel_k1(v2, p1);
-  if (!err) err = kernel_k2(p1, conv2_weight, conv2_bias, v4, v5);
+  if (!err) err = kernel_k2(p1, conv2_weight, v4, v5);
   if (!err) err = kernel_k3(v5, flat);
   if (!err) err = kernel_k4(flat, fc1_weight, fc1_bias, f1);
   if (!err) err = kernel_k5(f1, fc2_weight, fc2_bias, f2);

@@ -55,7 +55,7 @@ sycl::queue& tg_queue() { static sycl::queue q; return q; }
 
 // kernel k0 (generic): conv2d, reshape, add, relu
 // loops: d0<8 parallel tile 1>, d1<6 parallel tile 6>, d2<28 parallel tile 28>, d3<28 parallel tile 28>, d4<5 reduction tile 5>, d5<5 reduction tile 5>
-static int kernel_k0(sycl::queue& q, const float* x, const float* conv1_weight, const float* conv1_bias, const float* v1, float* v2) {
+static int kernel_k0(sycl::queue& q, const float* x, const float* conv1_weight, const float* v1, float* v2) {
   // tile: d0=1 (parallel), d1=6 (parallel), d2=28 (parallel), d3=28 (parallel), d4=5 (reduction), d5=5 (reduction)
   {
     char* scratch_all = static_cast<char*>(sycl::malloc_device(301056, q));
@@ -249,7 +249,7 @@ static int kernel_k1(sycl::queue& q, const float* v2, float* p1) {
 
 // kernel k2 (generic): conv2d, reshape, add, relu
 // loops: d0<8 parallel tile 2>, d1<16 parallel tile 16>, d2<10 parallel tile 10>, d3<10 parallel tile 10>, d4<6 reduction tile 6>, d5<5 reduction tile 5>, d6<5 reduction tile 5>
-static int kernel_k2(sycl::queue& q, const float* p1, const float* conv2_weight, const float* conv2_bias, const float* v4, float* v5) {
+static int kernel_k2(sycl::queue& q, const float* p1, const float* conv2_weight, const float* v4, float* v5) {
   // tile: d0=2 (parallel), d1=16 (parallel), d2=10 (parallel), d3=10 (parallel), d4=6 (reduction), d5=5 (reduction), d6=5 (reduction)
   {
     q.submit([&](sycl::handler& h) {
@@ -869,9 +869,9 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
   float* f2 = reinterpret_cast<float*>(dev_arena + 3840);
   q.wait();
   int err = 0;
-  if (!err) err = kernel_k0(q, x, conv1_weight, conv1_bias, v1, v2);
+  if (!err) err = kernel_k0(q, x, conv1_weight, v1, v2);
   if (!err) err = kernel_k1(q, v2, p1);
-  if (!err) err = kernel_k2(q, p1, conv2_weight, conv2_bias, v4, v5);
+  if (!err) err = kernel_k2(q, p1, conv2_weight, v4, v5);
   if (!err) err = kernel_k3(q, v5, flat);
   if (!err) err = kernel_k4(q, flat, fc1_weight, fc1_bias, f1);
   if (!err) err = kernel_k5(q, f1, fc2_weight, fc2_bias, f2);

@@ -44,7 +44,7 @@ inline void tg_free(void* p) { std::free(p); }
 
 // kernel k0 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, relu, add, rsqrt, mul, reshape
 // loops: d0<64 parallel tile 64>, d1<64 parallel tile 16>, d2<32 parallel tile 32>, d3<32 parallel tile 32>, d4<64 reduction tile 64>, d5<3 reduction tile 3>, d6<3 reduction tile 3>
-static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv_bn_w, const float* __restrict__ conv_bn_var, const float* __restrict__ conv_bn_gamma, const float* __restrict__ conv_bn_mean, const float* __restrict__ conv_bn_beta, const float* __restrict__ conv_bn_1_var, const float* __restrict__ conv_bn_1_gamma, const float* __restrict__ v10, const float* __restrict__ v12, const float* __restrict__ v14, const float* __restrict__ v22, float* __restrict__ h_) {
+static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv_bn_w, const float* __restrict__ v10, const float* __restrict__ v12, const float* __restrict__ v14, const float* __restrict__ v22, float* __restrict__ h_) {
   // tile: d0=64 (parallel), d1=16 (parallel), d2=32 (parallel), d3=32 (parallel), d4=64 (reduction), d5=3 (reduction), d6=3 (reduction)
   {
 #pragma omp parallel
@@ -163,7 +163,7 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
 
 // kernel k1 (generic): conv2d, reshape, sub, mul, reshape, add, add, relu
 // loops: d0<64 parallel tile 16>, d1<32 parallel tile 32>, d2<32 parallel tile 32>, d3<64 reduction tile 64>, d4<3 reduction tile 3>, d5<3 reduction tile 3>
-static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ conv_bn_1_w, const float* __restrict__ conv_bn_1_mean, const float* __restrict__ v22, const float* __restrict__ conv_bn_1_beta, const float* __restrict__ x, const float* __restrict__ v20, const float* __restrict__ v24, float* __restrict__ v5) {
+static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ conv_bn_1_w, const float* __restrict__ v22, const float* __restrict__ x, const float* __restrict__ v20, const float* __restrict__ v24, float* __restrict__ v5) {
   // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
 #pragma omp parallel
@@ -318,7 +318,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
   float* v5 = reinterpret_cast<float*>(outs[0]);
   float* h_ = reinterpret_cast<float*>(arena + 0);
   int err = 0;
-  if (!err) err = kernel_k0(x, conv_bn_w, conv_bn_var, conv_bn_gamma, conv_bn_mean, conv_bn_beta, conv_bn_1_var, conv_bn_1_gamma, v10, v12, v14, v22, h_);
-  if (!err) err = kernel_k1(h_, conv_bn_1_w, conv_bn_1_mean, v22, conv_bn_1_beta, x, v20, v24, v5);
+  if (!err) err = kernel_k0(x, conv_bn_w, v10, v12, v14, v22, h_);
+  if (!err) err = kernel_k1(h_, conv_bn_1_w, v22, x, v20, v24, v5);
   return err;
 }

@@ -26,7 +26,7 @@ sycl::queue& tg_queue() { static sycl::queue q; return q; }
 
 // kernel k0 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, relu, add, rsqrt, mul, reshape
 // loops: d0<64 parallel tile 64>, d1<64 parallel tile 16>, d2<32 parallel tile 32>, d3<32 parallel tile 32>, d4<64 reduction tile 64>, d5<3 reduction tile 3>, d6<3 reduction tile 3>
-static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, const float* conv_bn_var, const float* conv_bn_gamma, const float* conv_bn_mean, const float* conv_bn_beta, const float* conv_bn_1_var, const float* conv_bn_1_gamma, const float* v10, const float* v12, const float* v14, const float* v22, float* h_) {
+static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, const float* v10, const float* v12, const float* v14, const float* v22, float* h_) {
   // tile: d0=64 (parallel), d1=16 (parallel), d2=32 (parallel), d3=32 (parallel), d4=64 (reduction), d5=3 (reduction), d6=3 (reduction)
   {
     char* scratch_all = static_cast<char*>(sycl::malloc_device(1048576, q));
@@ -154,7 +154,7 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
 
 // kernel k1 (generic): conv2d, reshape, sub, mul, reshape, add, add, relu
 // loops: d0<64 parallel tile 16>, d1<32 parallel tile 32>, d2<32 parallel tile 32>, d3<64 reduction tile 64>, d4<3 reduction tile 3>, d5<3 reduction tile 3>
-static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, const float* conv_bn_1_mean, const float* v22, const float* conv_bn_1_beta, const float* x, const float* v20, const float* v24, float* v5) {
+static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, const float* v22, const float* x, const float* v20, const float* v24, float* v5) {
   // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
     char* scratch_all = static_cast<char*>(sycl::malloc_device(1310720, q));
@@ -339,8 +339,8 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
   float* h_ = reinterpret_cast<float*>(dev_arena + 0);
   q.wait();
   int err = 0;
-  if (!err) err = kernel_k0(q, x, conv_bn_w, conv_bn_var, conv_bn_gamma, conv_bn_mean, conv_bn_beta, conv_bn_1_var, conv_bn_1_gamma, v10, v12, v14, v22, h_);
-  if (!err) err = kernel_k1(q, h_, conv_bn_1_w, conv_bn_1_mean, v22, conv_bn_1_beta, x, v20, v24, v5);
+  if (!err) err = kernel_k0(q, x, conv_bn_w, v10, v12, v14, v22, h_);
+  if (!err) err = kernel_k1(q, h_, conv_bn_1_w, v22, x, v20, v24, v5);
   q.memcpy(outs[0], v5, 262144);
   q.wait();
   sycl::free(x, q);
