@@ -150,39 +150,38 @@ def run_scalesim(layers: list[ConvLayer] | tuple[ConvLayer, ...], config: ScaleS
 
     Each layer runs alone (its own topology file), so every layer has its own wall time; with
     `cache`, a finished layer's result is kept in `results_dir()` and not run again (its wall time
-    is the one measured when it ran). `workers` SCALE-Sim processes share the layers.
+    is the one measured when it ran); without, every layer runs now and the cache is left alone.
+    `workers` SCALE-Sim processes share the layers.
     """
-    store = results_dir()
-    store.mkdir(parents=True, exist_ok=True)
-    jobs: dict[tuple[str, int], Path] = {}
-    todo = []
     with tempfile.TemporaryDirectory() as tmp:
+        store = results_dir() if cache else Path(tmp, "results")
+        store.mkdir(parents=True, exist_ok=True)
+        jobs: dict[tuple[str, int], Path] = {}
+        todo = []
         for df in dataflows:
             cfg = replace(config, dataflow=df)
             for i, layer in enumerate(layers):
                 path = store / f"{job_key(layer, cfg)}.json"
                 jobs[df, i] = path
-                if not (cache and path.exists()):
+                if not path.exists():
                     todo.append({"dir": str(Path(tmp, f"{df}{i}")), "cfg": cfg.cfg_text(), "result": str(path),
                                  "topology": topology_text([ConvLayer("L", *dataclasses.astuple(layer)[1:])])})
         if todo:
             python = scalesim_python()
             runner = Path(tmp, "runner.py")
             runner.write_text(RUNNER)
+            count = max(1, min(workers, len(todo)))
             procs = []
-            for w in range(max(1, min(workers, len(todo)))):
+            for w in range(count):
                 spec = Path(tmp, f"spec{w}.json")
-                spec.write_text(json.dumps({"jobs": todo[w::max(1, min(workers, len(todo)))]}))
+                spec.write_text(json.dumps({"jobs": todo[w::count]}))
                 procs.append(subprocess.Popen([str(python), str(runner), str(spec)], cwd=tmp, text=True,
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE))
             errors = [p.communicate()[1] for p in procs if p.wait() != 0]
             if errors:
                 raise RuntimeError(f"SCALE-Sim failed:\n{errors[0][-3000:]}")
-    out = {}
-    for df in dataflows:
-        found = tuple(_layer(json.loads(jobs[df, i].read_text())) for i in range(len(layers)))
-        out[df] = ScaleSimRun(df, found, sum(layer.wall_s for layer in found))
-    if not cache:
-        for path in jobs.values():
-            path.unlink(missing_ok=True)
+        out = {}
+        for df in dataflows:
+            found = tuple(_layer(json.loads(jobs[df, i].read_text())) for i in range(len(layers)))
+            out[df] = ScaleSimRun(df, found, sum(layer.wall_s for layer in found))
     return out
