@@ -442,3 +442,8 @@ def test_energy_by_hand_on_one_gemm():
     assert report.energy == Energy(mac=8 * 4 * 4, ifmap_read=8 * 4 * 4, filter_read=10 * 4 * 4 * 2 * 4,
                                    ofmap_write=100 * 8 * 4 * 4)
     assert "energy: " in format_sim_report(report) and "ofmap write" in format_sim_report(report)
+    trace = trace_events(report)  # the totals by component, and a counter track stepped per kernel
+    assert trace["otherData"]["energy_pj"] == {k: v for k, v in report.energy.components().items() if v}
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == 1 + len(report.kernels)
+    assert sum(counters[-1]["args"].values()) == pytest.approx(report.energy_pj / 1e6)
