@@ -38,6 +38,13 @@ class Kernel:
         """The kernel template this kernel follows; None for a generic kernel."""
         return get_template(self.kind)
 
+    def with_tiles(self, tiles: Sequence[tuple[str, int]]) -> Kernel:
+        """This kernel with `tiles`; its loop nest, which tiles do not change, carries over uncomputed."""
+        tiled = replace(self, tiles=tuple(tiles))
+        if "domain" in self.__dict__:
+            tiled.__dict__["domain"] = self.__dict__["domain"]
+        return tiled
+
     @cached_property
     def domain(self) -> KernelDomain:
         """The kernel's loop nest: its template's, or the nodes' iteration spaces aligned (computed once)."""

@@ -55,7 +55,7 @@ class PassError(TilegraphError):
 def _untiled(program: Program) -> Program:
     if program.target is None and not any(k.tiles for k in program.kernels):
         return program
-    return replace(program, target=None, kernels=tuple(replace(k, tiles=()) for k in program.kernels))
+    return replace(program, target=None, kernels=tuple(k.with_tiles(()) for k in program.kernels))
 
 
 DECISIONS: dict[str, Callable[[Program], Program]] = {

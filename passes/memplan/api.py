@@ -455,9 +455,13 @@ def memplan(program, *, capacity: int, order: str = "free", weights: bool = Fals
     """The Program with its memory plan attached and its kernels in the plan's order."""
     plan = plan_memory(program, capacity, order=order, weights=weights, time_limit=time_limit, progress=progress,
                        solver=solver, options=options)
+    return with_plan(program, plan)
+
+
+def with_plan(program, plan: MemoryPlan):
+    """`program` with `plan` attached and its kernels in the plan's order."""
     by_name = {k.name: k for k in program.kernels}
-    kernels = tuple(by_name[name] for name in plan.order)
-    return dataclasses.replace(program, kernels=kernels, memory_plan=plan)
+    return dataclasses.replace(program, kernels=tuple(by_name[name] for name in plan.order), memory_plan=plan)
 
 
 def plan_from_solution(problem: MemoryProblem, solution: Solution, capacity: int, *, solver: str = "given",

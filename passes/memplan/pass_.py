@@ -12,18 +12,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from tilegraph.ir.memory_plan import MemoryPlan
 from tilegraph.ir.program import Program
 from tilegraph.ir.units import parse_bytes
 from tilegraph.passes.manager import register_property_check
 from tilegraph.passes.registry import PassContext, register_pass
 
-from tilegraph.ir.memory_plan import MemoryPlan
-
-from .api import SOLVERS, Options, as_problem, solve_problem
+from .api import SOLVERS, Options, as_problem, solve_problem, with_plan
 from .checker import find_violations
 from .cpsat import SolverConfig
-from .problem import MemplanError
-from .streaming import choose_streamed, without
+from .problem import MemplanError, without_tensors
+from .streaming import choose_streamed
 
 
 def _flag(value: bool | str) -> bool:
@@ -84,9 +83,7 @@ def memplan_pass(program: Program, options: MemplanOptions, ctx: PassContext) ->
     ctx.stat("memplan", "lower bound bytes", plan.lower_bound)
     ctx.stat("memplan", "gap", plan.gap)
     ctx.stat("memplan", "solver", plan.solver)
-    by_name = {k.name: k for k in program.kernels}
-    return dataclasses.replace(program, kernels=tuple(by_name[name] for name in plan.order), memory_plan=plan,
-                               properties=program.properties | {"memplanned"})
+    return dataclasses.replace(with_plan(program, plan), properties=program.properties | {"memplanned"})
 
 
 def plan_program(program: Program, options: MemplanOptions) -> MemoryPlan:
@@ -95,7 +92,7 @@ def plan_program(program: Program, options: MemplanOptions) -> MemoryPlan:
     wanted = scratchpad_capacity(program, options)
     streamed = choose_streamed(problem, wanted) if options.stream else frozenset()
     names = tuple(sorted(problem.tensor_names[i] for i in streamed))
-    problem = without(problem, streamed)
+    problem = without_tensors(problem, streamed)
     capacity = max(wanted, problem.max_working_set()[0], 1) if options.grow else wanted
     plan = solve_problem(problem, capacity, order=options.order, time_limit=options.time_limit,
                          solver=options.solver, weights=options.weights,

@@ -23,15 +23,3 @@ def choose_streamed(problem: MemoryProblem, capacity: int) -> frozenset[int]:
             kept.remove(biggest)
     # a tensor streamed for one kernel is streamed everywhere, which only shrinks other working sets
     return frozenset(streamed)
-
-
-def without(problem: MemoryProblem, streamed: frozenset[int] | set[int]) -> MemoryProblem:
-    """The problem with the streamed tensors left out (indices renumbered)."""
-    keep = [i for i in range(problem.num_tensors) if i not in streamed]
-    index = {old: new for new, old in enumerate(keep)}
-
-    def pick(seq):
-        return tuple(tuple(index[i] for i in ts if i in index) for ts in seq)
-    return MemoryProblem(tuple(problem.tensor_names[i] for i in keep), tuple(problem.sizes[i] for i in keep),
-                         tuple(problem.kinds[i] for i in keep), tuple(problem.is_output[i] for i in keep),
-                         problem.kernel_names, pick(problem.kernel_inputs), pick(problem.kernel_outputs))

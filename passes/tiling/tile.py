@@ -147,7 +147,7 @@ def _finish(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling)
     bound = lower_bound(domain, kernel.template, target)
     report = TileReport(kernel.name, kernel.kind, tiles, found.working_set, target.onchip_bytes, found.traffic,
                         bound.bytes, bound.source, found.parallel, recompute_factor(domain, dict(tiles)))
-    return replace(kernel, tiles=tiles), report
+    return kernel.with_tiles(tiles), report
 
 
 def tile_program(program: Program, target: Target, options: TileOptions = TileOptions()) -> tuple[list[Kernel], list[TileReport]]:
