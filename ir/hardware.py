@@ -17,6 +17,7 @@ also "16 B/cycle" and "100 cycles".
 """
 from __future__ import annotations
 
+import difflib
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -362,8 +363,10 @@ def read_toml(name_or_path: str | Path, what: str) -> tuple[dict[str, Any], str]
     if path.suffix != ".toml" and not path.exists():
         path = PRESET_DIR / f"{name_or_path}.toml"
         if not path.exists():
-            raise HardwareError(f"unknown {what} {str(name_or_path)!r}; presets: {', '.join(preset_names(what))} "
-                                "(or give the path of a .toml file)")
+            known = preset_names(what)
+            close = difflib.get_close_matches(str(name_or_path), known, n=1)
+            raise HardwareError(f"unknown {what} {str(name_or_path)!r}; presets: {', '.join(known)} "
+                                "(or give the path of a .toml file)" + (f"; did you mean {close[0]}?" if close else ""))
     try:
         return tomllib.loads(path.read_text(encoding="utf-8")), path.stem
     except FileNotFoundError:

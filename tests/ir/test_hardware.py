@@ -71,6 +71,8 @@ def test_views_a_device_cannot_give_are_clear_errors():
         load_system("nope")
     with pytest.raises(AccelError, match="unknown accelerator 'cpu2'; presets: .*edge-npu"):
         load_accel("cpu2")
+    with pytest.raises(AccelError, match="; did you mean edge-npu\\?$"):
+        load_accel("edge-npo")
 
 
 def test_mistakes_in_a_description_name_the_device_and_field(tmp_path):
