@@ -70,7 +70,7 @@ class TritonProgram(CompiledProgram):
         self.gpu_arch: int | None = None
         self.gpu_resources: dict[str, hopper.CompiledKernel] = {}  # function -> ahead-of-time compile record
         self._module = None
-        self._params: dict = {}
+        self._launchers: dict = {}  # device -> its Launcher (parameters copied there once)
 
     # ----- devices and tensors ---------------------------------------------------------------------
     def _device(self):
@@ -110,40 +110,28 @@ class TritonProgram(CompiledProgram):
         return self._module
 
     # ----- running ---------------------------------------------------------------------------------
-    def run_torch(self, *inputs):
-        """Run on torch tensors (graph-input order, on the program's device); returns torch tensors."""
-        graph = self.program.graph
-        if len(inputs) != len(graph.inputs):
-            raise TilegraphError(f"expected {len(graph.inputs)} inputs, got {len(inputs)}")
+    def launcher(self, device=None, params: Mapping | None = None):
+        """The prepared launch sequence on `device` (default: the program's), parameters bound once;
+        `params` (Value -> tensor on that device) replaces their copies by the caller's own tensors."""
+        from .launch import Launcher
+
         torch = _torch()
-        device = self._device()
-        module = self.module()
-        names = self.generated.names
-        arena = torch.empty(module.ARENA_BYTES, dtype=torch.uint8, device=device)
-        env: dict = {}  # tensor name in the module -> tensor
-        for value, tensor in zip(graph.inputs, inputs):
-            want = torch_dtype(value.type.dtype)
-            if tuple(tensor.shape) != value.type.shape:
-                raise TilegraphError(f"input %{value.name}: shape {tuple(tensor.shape)}, expected {value.type.shape}")
-            env[names[value]] = tensor.to(device=device, dtype=want).contiguous()
+        device = self._device() if device is None else torch.device(device)
+        if params:
+            return Launcher(self, device, params)
         key = str(device)
-        if key not in self._params:
-            self._params[key] = {v: self.to_torch(a, v.type.dtype, device) for v, a in self.params.items()}
-        for value, tensor in self._params[key].items():
-            if value in names:
-                env[names[value]] = tensor
-        tune = self.autotune and device.type == "cuda" and not self.tuned
-        cache = autotune.ConfigCache() if tune else None
-        for position, (step, (reads, writes)) in enumerate(zip(module.STEPS, self.generated.steps)):
-            args = [env[names[v]] for v in reads]
-            launch = lambda warps, stages, step=step, args=args: step(device, warps, stages, arena, *args)  # noqa: E731
-            source = self.generated.kernels[position]
-            if tune and source is not None:
-                self.configs[position] = self._tune(position, launch, source, device, cache)
-            results = launch(*self.configs[position])
-            env.update(zip((names[v] for v in writes), results))
-        self.tuned = self.tuned or tune
-        return [env[names[v]] for v in graph.outputs]
+        if key not in self._launchers:
+            self._launchers[key] = Launcher(self, device)
+        return self._launchers[key]
+
+    def run_torch(self, *inputs):
+        """Run on torch tensors (graph-input order, on the program's device); returns torch tensors.
+        The first CUDA run times each kernel's launch configurations (`autotune`)."""
+        launcher = self.launcher()
+        inputs = launcher.check(inputs)
+        if self.autotune and launcher.device.type == "cuda" and not self.tuned:
+            launcher.tune(inputs)
+        return launcher(*inputs)
 
     def _tune(self, position, launch, source, device, cache) -> tuple[int, int]:
         import torch

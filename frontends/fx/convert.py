@@ -53,6 +53,9 @@ class Conversion:
     output_spec: Any  # pytree spec of the fx output
     output_leaves: list[Any]  # per leaf: an int (index into graph.outputs) or ("const", value)
     output_dtypes: list[torch.dtype] = field(default_factory=list)  # torch dtype per graph output
+    # IR parameter name -> the torch tensor it was converted from, for backends that can read the
+    # module's own tensors at run time instead of a copy (the Triton path under torch.compile)
+    param_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class _Lazy:
@@ -399,8 +402,9 @@ class FxConverter:
             raise ConversionError(f"{self.model} returns no tensors")
         self.graph.set_outputs(outputs)
         dtypes = [_torch_dtype_of(v) for v in outputs]
+        tensors = {value.name: tensor for tensor, value in self._params.values()}
         return Conversion(self.graph, self.input_positions, self.state_positions, self.scalar_positions, spec,
-                          template, dtypes)
+                          template, dtypes, tensors)
 
     # ----- errors ---------------------------------------------------------------------------
     def _offend(self, node: fx.Node, module, reason: str) -> None:

@@ -2,17 +2,20 @@
 
 Dynamo hands over each captured graph with its example arguments (module weights arrive as
 placeholders). Each graph is converted for the argument shapes it is called with (the IR has static
-shapes, so a new shape converts again), compiled with `tilegraph.compile` for the default
-executable backend (`DYNAMO_TARGET`, C++) through that backend's default pipeline, and run. A
-graph that cannot be converted or built runs eagerly in PyTorch instead, with a
-`TilegraphFallbackWarning` naming what was unsupported.
+shapes, so a new shape converts again), compiled with `tilegraph.compile` through the target's
+default pipeline, and run by a `Runner`: graphs on a CUDA device as Triton kernels on that device
+(torch tensors in and out, launches replayed through a CUDA graph), CPU graphs as the C++ library
+(`options={"target": ...}` chooses; see `DynamoOptions`). A graph that cannot be converted or
+built runs eagerly in PyTorch instead, with a `TilegraphFallbackWarning` naming what was
+unsupported.
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -27,26 +30,52 @@ from .convert import Conversion, convert_graph_module
 from .errors import TilegraphFallbackWarning
 
 BACKEND_NAME = "tilegraph"
+TARGETS = ("auto", "cpp", "triton", "reference")
 
 
-DYNAMO_TARGET = "cpp"  # the default executable backend (C++ with OpenMP)
+@dataclass(frozen=True)
+class DynamoOptions:
+    """`torch.compile(..., backend="tilegraph", options={...})`.
+
+    target: "auto" (graphs on a CUDA device run as Triton kernels there, CPU graphs as C++),
+        "cpp", "triton" (on CUDA tensors, or on the CPU under TRITON_INTERPRET=1), or "reference"
+        (the numpy reference executor: slow, for checking the converter).
+    cudagraphs: replay a Triton graph's launches through a CUDA graph after a warm-up call.
+    """
+
+    target: str = "auto"
+    cudagraphs: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any] | None) -> DynamoOptions:
+        """The options as given to torch.compile; a TilegraphError names the valid ones."""
+        options = dict(options or {})
+        valid = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): unknown option(s) "
+                                 f"{', '.join(map(repr, unknown))}; valid options: {', '.join(valid)}")
+        if options.get("target", "auto") not in TARGETS:
+            raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): target {options['target']!r} is not "
+                                 f"one of {', '.join(map(repr, TARGETS))}")
+        if not isinstance(options.get("cudagraphs", True), bool):
+            raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): cudagraphs must be True or False, "
+                                 f"not {options['cudagraphs']!r}")
+        return cls(**options)
+
+    def target_for(self, args: Sequence[Any]) -> str:
+        """The backend a graph with these arguments compiles for."""
+        if self.target != "auto":
+            return self.target
+        return "triton" if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args) else "cpp"
 
 
-def compile_graph(graph: Graph, target: str | None = None):
-    """A converted graph through the pipeline, built for the default executable backend."""
+def compile_graph(graph: Graph, target: str = "cpp"):
+    """A converted graph through the pipeline, built for `target`."""
     import tilegraph
 
     verify(graph)
-    return tilegraph.compile(graph, target=target or DYNAMO_TARGET)
-
-
-class _Compiled:
-    """One converted graph for one set of argument shapes, and the weights it was converted with."""
-
-    def __init__(self, conversion: Conversion, program, state: list[torch.Tensor]) -> None:
-        self.conversion = conversion
-        self.program = program  # a tilegraph CompiledProgram
-        self.state_stamp = _stamp(state)
+    return tilegraph.compile(graph, target=target)
 
 
 class TilegraphGraph:
@@ -54,15 +83,17 @@ class TilegraphGraph:
 
     _numbers = itertools.count()
 
-    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any],
+                 options: DynamoOptions | None = None) -> None:
         self.gm = gm
+        self.options = options or DynamoOptions()
         self.name = f"dynamo_graph_{next(self._numbers)}"  # in messages
         # the IR graph is named by the captured code, so the same graph captured again (after
         # torch._dynamo.reset(), in a new process) gives the same source and hits the build cache
         self.ir_name = "dynamo_" + hashlib.sha1(gm.code.encode()).hexdigest()[:12]
         self.eager = False
         self.fallback_reason: str | None = None
-        self._cache: dict[tuple, _Compiled] = {}
+        self._cache: dict[tuple, Runner] = {}
         self._scalar_positions: list[int] = []
         if all(_is_concrete(a) for a in example_inputs):
             self._compile(list(example_inputs))  # report unsupported graphs at compile time
@@ -70,26 +101,32 @@ class TilegraphGraph:
     def __call__(self, *args: Any) -> Any:
         if self.eager:
             return self.gm(*args)
-        compiled = self._cache.get(self._key(args))
-        if compiled is None or compiled.state_stamp != _stamp([args[p] for p in compiled.conversion.state_positions]):
-            compiled = self._compile(list(args))  # new shapes, or weights updated since conversion
-            if compiled is None:
+        runner = self._cache.get(self._key(args))
+        if runner is None or not runner.current(args):
+            runner = self._compile(list(args))  # new shapes, or weights updated since conversion
+            if runner is None:
                 return self.gm(*args)
-        return self._run(compiled, args)
+        return runner(args)
 
-    def _compile(self, args: list[Any]) -> _Compiled | None:
+    @property
+    def target(self) -> str | None:
+        """The backend the last compiled shapes run on (None before any)."""
+        return next(reversed(self._cache.values())).target if self._cache else None
+
+    def _compile(self, args: list[Any]) -> Runner | None:
+        target = self.options.target_for(args)
         try:
             conversion = convert_graph_module(self.gm, args, name=self.name)
             conversion.graph.name = self.ir_name
-            program = compile_graph(conversion.graph)
+            runner_type = TritonRunner if target == "triton" else HostRunner
+            runner = runner_type(conversion, compile_graph(conversion.graph, target), args, self.options)
         except TilegraphError as e:
             return self._fall_back(str(e))
         except Exception as e:  # a bug in tilegraph must not break the user's model: run it eagerly, say why
             return self._fall_back(f"internal error {type(e).__name__}: {e} (please report it)")
-        compiled = _Compiled(conversion, program, [args[p] for p in conversion.state_positions])
         self._scalar_positions = conversion.scalar_positions
-        self._cache[self._key(args)] = compiled
-        return compiled
+        self._cache[self._key(args)] = runner
+        return runner
 
     def _fall_back(self, reason: str) -> None:
         self.eager = True
@@ -98,22 +135,92 @@ class TilegraphGraph:
                       stacklevel=4)
 
     def _key(self, args: Sequence[Any]) -> tuple:
-        """Argument shapes and dtypes, plus the values the graph was specialised to."""
+        """Argument shapes, dtypes and devices, plus the values the graph was specialised to."""
         return _key(args) + tuple(args[p].item() for p in self._scalar_positions)
 
-    def _run(self, compiled: _Compiled, args: Sequence[Any]) -> Any:
-        conversion = compiled.conversion
-        inputs = [_to_numpy(args[p]) for p in conversion.input_positions]
-        results = compiled.program(*inputs)
-        tensors = [torch.from_numpy(np.array(r, copy=True)).to(dtype)
-                   for r, dtype in zip(results, conversion.output_dtypes)]
-        leaves = [tensors[leaf] if isinstance(leaf, int) else leaf[1] for leaf in conversion.output_leaves]
-        return pytree.tree_unflatten(leaves, conversion.output_spec)
+
+class Runner:
+    """One converted graph built for one set of argument shapes: calls it with the fx graph's arguments."""
+
+    target = "abstract"
+
+    def __init__(self, conversion: Conversion, program, args: Sequence[Any], options: DynamoOptions) -> None:
+        self.conversion = conversion
+        self.program = program  # a tilegraph CompiledProgram
+        self._state = [args[p] for p in conversion.state_positions]
+        self._versions = [t._version for t in self._state]
+        self._positions = conversion.input_positions
+        self._leaves = conversion.output_leaves
+        self._spec = conversion.output_spec
+
+    def current(self, args: Sequence[Any]) -> bool:
+        """Whether the weights are the tensors it was converted with, not updated in place since."""
+        return all(args[p] is t and t._version == v
+                   for p, t, v in zip(self.conversion.state_positions, self._state, self._versions))
+
+    def __call__(self, args: Sequence[Any]) -> Any:
+        tensors = self.run([args[p] for p in self._positions])
+        leaves = [tensors[leaf] if isinstance(leaf, int) else leaf[1] for leaf in self._leaves]
+        return pytree.tree_unflatten(leaves, self._spec)
+
+    def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        raise NotImplementedError
 
 
-def tilegraph_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> TilegraphGraph:
-    """The Dynamo compiler function registered as `backend="tilegraph"`."""
-    return TilegraphGraph(gm, example_inputs)
+class HostRunner(Runner):
+    """A host backend (the C++ library, or the numpy reference): CPU tensors' memory goes in without
+    a copy, and the arrays it allocates for the results come back as the tensors' storage."""
+
+    def __init__(self, conversion, program, args, options) -> None:
+        super().__init__(conversion, program, args, options)
+        self.target = program.backend
+        self._dtypes = conversion.output_dtypes
+        devices = [args[p].device for p in self._positions if isinstance(args[p], torch.Tensor)]
+        self._device = devices[0] if devices else torch.device("cpu")
+
+    def run(self, inputs):
+        results = self.program(*[_to_numpy(t) for t in inputs])
+        tensors = [_from_numpy(r, dtype) for r, dtype in zip(results, self._dtypes)]
+        if self._device.type != "cpu":  # a host target chosen for tensors on another device
+            tensors = [t.to(self._device) for t in tensors]
+        return tensors
+
+
+class TritonRunner(Runner):
+    """The Triton kernels on the inputs' own device: torch tensors in and out, the module's weights
+    read in place, launches replayed through a CUDA graph on CUDA devices (unless turned off)."""
+
+    target = "triton"
+
+    def __init__(self, conversion, program, args, options) -> None:
+        super().__init__(conversion, program, args, options)
+        devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+        if len(devices) > 1:
+            raise TilegraphError(f"the graph's tensors are on several devices ({', '.join(sorted(map(str, devices)))})")
+        device = devices.pop() if devices else torch.device("cuda")
+        if device.type == "cpu" and not _interpreting():
+            raise TilegraphError("target 'triton' on CPU tensors needs TRITON_INTERPRET=1 (set before triton is "
+                                 "imported); use target 'cpp' or 'auto' for CPU graphs")
+        launcher = program.launcher(device, _own_tensors(program, conversion, device))
+        inputs = launcher.check([args[p] for p in self._positions])
+        if device.type == "cuda" and program.autotune:
+            launcher.tune(inputs)
+        self._launcher = launcher
+        self._graphed = None
+        if device.type == "cuda" and options.cudagraphs:
+            from tilegraph.backends.triton.launch import GraphedLauncher
+
+            self._graphed = GraphedLauncher(launcher)
+
+    def run(self, inputs):
+        inputs = self._launcher.check(inputs)
+        return (self._graphed or self._launcher)(*inputs)
+
+
+def tilegraph_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                      options: Mapping[str, Any] | None = None) -> TilegraphGraph:
+    """The Dynamo compiler function registered as `backend="tilegraph"` (`options`: see DynamoOptions)."""
+    return TilegraphGraph(gm, example_inputs, DynamoOptions.parse(options))
 
 
 def register_backend() -> None:
@@ -141,16 +248,44 @@ def _is_concrete(arg: Any) -> bool:
 
 
 def _key(args: Sequence[Any]) -> tuple:
-    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a).__name__, a)
+    return tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a).__name__, a)
                  for a in args)
 
 
-def _stamp(tensors: Sequence[torch.Tensor]) -> tuple:
-    return tuple((id(t), t._version) for t in tensors)
+def _interpreting() -> bool:
+    from tilegraph.backends.triton.runtime import _interpreting as interpreting
+
+    return interpreting()
+
+
+def _own_tensors(program, conversion: Conversion, device: torch.device) -> dict:
+    """Parameters the program reads unchanged from a torch tensor already on `device`: that tensor,
+    read in place at each call, instead of a copy (parameters the passes rewrote keep their copy)."""
+    from tilegraph.backends.triton.runtime import torch_dtype
+
+    own = {}
+    for value, array in program.params.items():
+        tensor = conversion.param_tensors.get(value.name)
+        if (tensor is None or tensor.device != device or tuple(tensor.shape) != value.type.shape
+                or tensor.dtype != torch_dtype(value.type.dtype) or not tensor.is_contiguous()):
+            continue
+        source = next((v.data for v in conversion.graph.params if v.name == value.name), None)
+        if source is not None and (source is array or np.array_equal(source, array)):
+            own[value] = tensor.detach()
+    return own
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    tensor = tensor.detach().cpu()
+    """A CPU tensor's memory as an array, without a copy (bf16 and other devices are converted)."""
+    tensor = tensor.detach()
     if tensor.dtype is torch.bfloat16:
         tensor = tensor.float()
-    return tensor.numpy()
+    return tensor.cpu().numpy()
+
+
+def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A result array as a tensor that owns it (a copy only for a dtype numpy does not hold, bf16)."""
+    if not array.flags.writeable:
+        array = array.copy()
+    tensor = torch.from_numpy(array)
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)

@@ -47,7 +47,7 @@ def compiled_graphs(monkeypatch):
     return graphs
 
 
-def run_compiled(name: str):
+def run_compiled(name: str, target: str = "auto"):
     """(output of the compiled model, eager output, eager output's std) with fallbacks as errors."""
     model, inputs = ZOO.by_name(name).build()
     with torch.no_grad():
@@ -56,7 +56,7 @@ def run_compiled(name: str):
     with warnings.catch_warnings():
         warnings.simplefilter("error", TilegraphFallbackWarning)
         with torch.no_grad():
-            got = torch.compile(model, backend="tilegraph")(*inputs)
+            got = torch.compile(model, backend="tilegraph", options={"target": target})(*inputs)
     torch._dynamo.reset()
     return got, want
 
@@ -73,9 +73,8 @@ def test_the_zoo_has_at_least_25_architectures_and_a_fast_subset():
 
 
 @pytest.mark.parametrize("name", FAST)
-def test_fast_zoo_model_compiles_without_fallback(name, compiled_graphs, monkeypatch):
-    monkeypatch.setattr(tilegraph_dynamo, "DYNAMO_TARGET", "reference")
-    got, want = run_compiled(name)
+def test_fast_zoo_model_compiles_without_fallback(name, compiled_graphs):
+    got, want = run_compiled(name, "reference")
     assert compiled_graphs, "no graph reached tilegraph"
     assert 0.1 < float(want.float().std()) < 10, "activations should be O(1), or a match proves little"
     assert relative_error(got, want) < TOLERANCE
