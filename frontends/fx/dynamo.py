@@ -219,8 +219,14 @@ class TritonRunner(Runner):
 
 def tilegraph_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                       options: Mapping[str, Any] | None = None) -> TilegraphGraph:
-    """The Dynamo compiler function registered as `backend="tilegraph"` (`options`: see DynamoOptions)."""
-    return TilegraphGraph(gm, example_inputs, DynamoOptions.parse(options))
+    """The Dynamo compiler function registered as `backend="tilegraph"` (`options`: see DynamoOptions).
+    Graphs that need gradients go through AOTAutograd (`training.py`)."""
+    from .training import compile_with_autograd, needs_autograd
+
+    parsed = DynamoOptions.parse(options)
+    if needs_autograd(gm, example_inputs):
+        return compile_with_autograd(gm, example_inputs, parsed)
+    return TilegraphGraph(gm, example_inputs, parsed)
 
 
 def register_backend() -> None:

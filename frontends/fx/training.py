@@ -1,0 +1,76 @@
+"""Training under `torch.compile(backend="tilegraph")`: graphs that need gradients go through AOTAutograd.
+
+Dynamo's graph is split by AOTAutograd into an ATen forward graph and an ATen backward graph, with
+core-ATen decompositions (so that backward ops become ops the converters know); each is compiled by
+tilegraph like any captured graph (`TilegraphGraph`) and runs eagerly, with the fallback warning, where
+it cannot be converted. Graphs that need no gradient keep the direct path of `dynamo.py`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .dynamo import DynamoOptions, TilegraphGraph
+
+aten = torch.ops.aten
+
+# Decompositions beyond the core-ATen set: batch norm in training mode becomes var_mean and arithmetic
+# (its forward has no converter; the running statistics' update is returned as ordinary outputs).
+_EXTRA_DECOMPOSITIONS = ("_native_batch_norm_legit_functional", "_native_batch_norm_legit", "native_batch_norm")
+
+
+def needs_autograd(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """Whether calling the graph now records autograd: grad mode is on (Dynamo guards on it, so a
+    graph captured under torch.no_grad is another graph) and some input or parameter requires grad."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
+        return True
+    return any(p.requires_grad for p in gm.parameters())
+
+
+def decompositions() -> dict:
+    """The ATen decompositions AOTAutograd applies while tracing the forward and backward graphs."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    table = dict(core_aten_decompositions())
+    ops = [getattr(aten, name) for name in _EXTRA_DECOMPOSITIONS if hasattr(aten, name)]
+    table.update(get_decompositions(ops))
+    return table
+
+
+def compile_with_autograd(gm: fx.GraphModule, example_inputs: Sequence[Any], options: DynamoOptions) -> Callable:
+    """Dynamo's graph through AOTAutograd, its forward and backward graphs each compiled by tilegraph."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(fw_compiler=_compiler(options), bw_compiler=_compiler(options),
+                           decompositions=decompositions())
+    return backend(gm, list(example_inputs))
+
+
+def _compiler(options: DynamoOptions) -> Callable:
+    def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        return AtenGraph(gm, example_inputs, options)
+
+    return compile_aten_graph
+
+
+class AtenGraph:
+    """One AOTAutograd forward or backward graph, compiled by tilegraph; called boxed (a list of
+    arguments, which it empties, as AOTAutograd asks, so saved activations are freed early)."""
+
+    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], options: DynamoOptions) -> None:
+        self.graph = TilegraphGraph(gm, example_inputs, options)
+        # AOTAutograd's marker for a compiled graph that takes its arguments as one list; set on the
+        # instance, since the torch._dynamo.disable wrapper around a backward graph copies only __dict__
+        self._boxed_call = True
+
+    def __call__(self, args: list[Any]) -> Any:
+        # weights arrive as nn.Parameters: as plain tensors they are graph inputs, read at each call,
+        # rather than state copied into the program (which an optimizer step would make stale)
+        inputs = [a.detach() if isinstance(a, torch.nn.Parameter) else a for a in args]
+        args.clear()
+        return self.graph(*inputs)
