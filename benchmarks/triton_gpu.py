@@ -1,17 +1,27 @@
 """tilegraph's Triton backend against torch eager and torch.compile (Inductor) on one CUDA GPU.
 
-    python benchmarks/triton_gpu.py            # writes benchmarks/results/triton_gpu.md
-    python benchmarks/triton_gpu.py --quick    # smaller sizes, a smoke run
+    python benchmarks/triton_gpu.py            # every row, writes benchmarks/results/triton_gpu.md
+    python benchmarks/triton_gpu.py --quick    # the rows that matter in under 5 minutes on an H100, compiles included
     python benchmarks/triton_gpu.py --dry-run  # no GPU: tiny sizes through the Triton interpreter on the CPU,
-                                        # checks this script end to end; prints, writes nothing
+                                               # checks this script end to end; prints, writes nothing
 
-Cases (the issue's list): fused softmax and layer norm (M=4096, N from 512 to 16K), a GELU-MLP
-epilogue (gelu(x @ w + b)), attention, and matmul 4096^3 in fp16 and bf16; then whole torch models in
-f32 through the fx frontend (a ResNet-18 basic block, a transformer encoder layer, an MLP), with
-TF32 off in torch so that both sides multiply in IEEE f32 as tilegraph's f32 tl.dot does. Every case runs the three
-implementations side by side in one process on the same tensors, checks tilegraph's result against
-eager, and reports times and ratios. Memory-bound cases are also given as a fraction of the measured
-device-to-device copy bandwidth; matmul-like cases as a fraction of cuBLAS (torch.matmul).
+Single kernels: fused softmax and layer norm (M=4096, N from 512 to 16K), a GELU-MLP epilogue
+(gelu(x @ w + b)), attention on 4-D (B, H, L, D) tensors against F.scaled_dot_product_attention with
+SDPA's own backend choice (flash for these shapes; `of roofline` is the fraction of SDPA forced onto its
+flash kernel), and matmul 4096^3 in fp16 and bf16 (against cuBLAS). Whole models (note "model"), through
+the fx frontend: a ResNet-18 basic block, ResNet-50, MobileNetV2, BERT-base, GPT-2 small, a Llama-style
+decoder block and ViT-base (`torch_models.WHOLE_MODELS`: transformers configs, random weights kept O(1)),
+at batch 1 and 32, in f32 and bf16. f32 rows allow TF32 on both sides: torch's flags are set, and
+tilegraph's Triton build follows them. Every row runs the three implementations in one process on the
+same tensors, checks tilegraph's result against eager, and reports times, ratios (compile/tg > 1:
+tilegraph is faster than torch.compile) and the first call's time of each compiler (cold: build, JIT
+and autotuning). Memory-bound rows are also given as a fraction of the measured device-to-device copy
+bandwidth; matmul-like rows as a fraction of cuBLAS (torch.matmul).
+
+--quick: fewer op sizes, the transformers models with 2 of their layers at full width (per-call ratios
+hold, compiles are shorter; the note says so), batch 1 only for the small models, and a time budget
+(`--budget`, 270 s by default there) after which the remaining rows are listed as skipped. The table is
+written after every row, and a row that fails gets its error in the note while the run goes on.
 
 With no CUDA device it prints why and exits without writing anything.
 """
@@ -19,13 +29,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import math
+import os
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "triton_gpu.md"
 DEVICE = "cuda"
+QUICK_BUDGET_S = 270.0
+QUICK_LAYERS = 2  # transformers layers kept in a quick run
 
 
 @dataclass
@@ -38,8 +54,23 @@ class Row:
     compiled_ms: float | None
     bytes_moved: int | None = None  # memory-bound cases
     flops: int | None = None  # compute-bound cases
-    cublas_ms: float | None = None
+    cublas_ms: float | None = None  # the roofline's own time (cuBLAS, or SDPA's flash kernel)
+    roof_name: str = "cuBLAS"
     max_error: float = 0.0
+    note: str = ""
+    tilegraph_first_s: float | None = None  # build + first call (JIT compiles, autotuning)
+    compiled_first_s: float | None = None  # torch.compile's first call (Inductor's compile)
+
+
+@dataclass
+class Spec:
+    """A row to run: `make()` builds its data and returns run_case's keyword arguments (built lazily, so a
+    failure to build is that row's error, not the run's)."""
+
+    case: str
+    shape: str
+    dtype: str
+    make: Callable[[], dict]
     note: str = ""
 
 
@@ -49,14 +80,17 @@ DRY_RUN = False
 def bench(fn) -> float:
     """Median milliseconds of fn() on the current device (triton's do_bench: flushes L2, syncs)."""
     if DRY_RUN:  # the interpreter on the CPU: one timed call, the numbers mean nothing
-        import time
-
         start = time.perf_counter()
         fn()
         return (time.perf_counter() - start) * 1e3
     from triton.testing import do_bench
 
     return float(do_bench(fn, warmup=25, rep=100))
+
+
+def synchronize(torch) -> None:
+    if not DRY_RUN:
+        torch.cuda.synchronize()
 
 
 def copy_bandwidth(torch) -> float:
@@ -68,13 +102,10 @@ def copy_bandwidth(torch) -> float:
 
 
 def compiled(torch, fn):
-    """torch.compile(fn), or None when Inductor is unavailable here (or in a dry run)."""
+    """torch.compile(fn) (default mode), or None in a dry run."""
     if DRY_RUN:
         return None
-    try:
-        return torch.compile(fn)
-    except Exception:
-        return None
+    return torch.compile(fn)
 
 
 def tilegraph_fn(source):
@@ -85,145 +116,251 @@ def tilegraph_fn(source):
     return tilegraph.compile(parse(source) if isinstance(source, str) else source, target="triton")
 
 
+def short_error(exc: BaseException, limit: int = 160) -> str:
+    """One line for the table's note: the exception's type and first line, without table separators."""
+    text = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {text[0] if text else ''}".replace("|", "/")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *, bytes_moved=None, flops=None,
-             cublas=None, note="") -> Row:
+             cublas=None, roof_name="cuBLAS", note="", tolerance=None) -> Row:
+    start = time.perf_counter()
     fn = tilegraph_fn(source)
     ours = lambda: fn.run_torch(*inputs)  # noqa: E731
-    want = eager(*inputs)
     got = ours()[0]
+    synchronize(torch)
+    tg_first = time.perf_counter() - start
+    if flops is None and source is not None and not isinstance(source, str):
+        flops = sum(k.flops for k in fn.program.kernels) or None  # whole models: the Program's own count
+    with torch.no_grad():
+        want = eager(*inputs)
     error = float((got.float() - want.float()).abs().max())
-    comp = compiled(torch, eager)
-    comp_ms = None
+    scale = max(float(want.float().abs().max()), 1.0)
+    if tolerance is not None and not error <= tolerance * scale:
+        note = (note + f"; MISMATCH: error {error:.2e} over {tolerance:g} x scale {scale:.2g}").strip("; ")
+    comp, comp_ms, comp_first = compiled(torch, eager), None, None
     if comp is not None:
         try:
+            start = time.perf_counter()
             comp(*inputs)
+            synchronize(torch)
+            comp_first = time.perf_counter() - start
             comp_ms = bench(lambda: comp(*inputs))
         except Exception as exc:  # Inductor failing is a result, not a crash of the benchmark
-            note = (note + f" torch.compile failed: {type(exc).__name__}").strip()
+            note = (note + f"; torch.compile failed: {short_error(exc)}").strip("; ")
     return Row(case, shape, dtype, bench(ours), bench(lambda: eager(*inputs)), comp_ms, bytes_moved, flops,
-               bench(cublas) if cublas else None, error, note)
+               bench(cublas) if cublas else None, roof_name, error, note, tg_first, comp_first)
 
 
-def cases(torch, quick: bool):
+# ----- single kernels ---------------------------------------------------------------------------------------
+def kernel_specs(torch, quick: bool) -> list[Spec]:
     import torch.nn.functional as F
 
-    M = 1024 if quick else 4096
-    widths = [512, 2048] if quick else [512, 2048, 8192, 16384]
+    M = 4096
+    widths = [2048, 8192] if quick else [512, 2048, 8192, 16384]
     if DRY_RUN:
         M, widths = 24, [40]
     dev = DEVICE
-    for N in widths:
+    specs = []
+
+    def softmax(N):
         x = torch.randn(M, N, device=dev, dtype=torch.float16)
         src = f"def f(x: f16[{M}, {N}]) -> f16[{M}, {N}] {{ return softmax(x) }}"
-        yield dict(case="softmax", shape=f"{M}x{N}", dtype="f16", source=src, inputs=[x],
-                   eager=lambda x: torch.softmax(x, dim=-1), bytes_moved=2 * x.numel() * 2)
-    for N in widths:
+        return dict(source=src, inputs=[x], eager=lambda x: torch.softmax(x, dim=-1), bytes_moved=2 * x.numel() * 2)
+
+    def layer_norm(N):
         x = torch.randn(M, N, device=dev, dtype=torch.float16)
-        s = torch.randn(N, device=dev, dtype=torch.float16)
-        t = torch.randn(N, device=dev, dtype=torch.float16)
+        s, t = (torch.randn(N, device=dev, dtype=torch.float16) for _ in range(2))
         src = (f"def f(x: f16[{M}, {N}], s: f16[{N}], t: f16[{N}]) -> f16[{M}, {N}] "
                f"{{ return layer_norm(x, s, t, eps=1e-5) }}")
-        yield dict(case="layer_norm", shape=f"{M}x{N}", dtype="f16", source=src, inputs=[x, s, t],
-                   eager=lambda x, s, t: F.layer_norm(x, (x.shape[-1],), s, t, 1e-5), bytes_moved=2 * x.numel() * 2)
-    K, N = (512, 1024) if quick else (1024, 4096)
-    K, N = (32, 48) if DRY_RUN else (K, N)
-    x = torch.randn(M, K, device=dev, dtype=torch.float16) / math.sqrt(K)
-    w = torch.randn(K, N, device=dev, dtype=torch.float16)
-    b = torch.randn(N, device=dev, dtype=torch.float16)
-    src = (f"def f(x: f16[{M}, {K}], w: f16[{K}, {N}], b: f16[{N}]) -> f16[{M}, {N}] "
-           f"{{ return gelu(x @ w + b) }}")
-    yield dict(case="gelu_mlp_epilogue", shape=f"{M}x{K}x{N}", dtype="f16", source=src, inputs=[x, w, b],
-               eager=lambda x, w, b: F.gelu(x @ w + b), flops=2 * M * K * N, cublas=lambda: x @ w)
-    B, L, D = (8, 512, 64) if quick else (32, 2048, 64)
-    B, L, D = (2, 40, 16) if DRY_RUN else (B, L, D)
-    q, k, v = (torch.randn(B, L, D, device=dev, dtype=torch.float16) for _ in range(3))
-    src = (f"def f(q: f16[{B}, {L}, {D}], k: f16[{B}, {L}, {D}], v: f16[{B}, {L}, {D}]) -> f16[{B}, {L}, {D}] "
-           f"{{ return attention(q, k, v) }}")
-    yield dict(case="attention", shape=f"{B}x{L}x{D}", dtype="f16", source=src, inputs=[q, k, v],
-               eager=lambda q, k, v: F.scaled_dot_product_attention(q, k, v), flops=4 * B * L * L * D,
-               note="eager = F.scaled_dot_product_attention")
-    S = 48 if DRY_RUN else 1024 if quick else 4096
-    for name, dt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-        a = torch.randn(S, S, device=dev, dtype=dt) / math.sqrt(S)
-        c = torch.randn(S, S, device=dev, dtype=dt)
-        src = f"def f(a: {name}[{S}, {S}], c: {name}[{S}, {S}]) -> {name}[{S}, {S}] {{ return a @ c }}"
-        yield dict(case="matmul", shape=f"{S}^3", dtype=name, source=src, inputs=[a, c],
-                   eager=lambda a, c: a @ c, flops=2 * S ** 3, cublas=lambda a=a, c=c: a @ c)
-    yield from model_cases(torch, quick)
+        return dict(source=src, inputs=[x, s, t], eager=lambda x, s, t: F.layer_norm(x, (x.shape[-1],), s, t, 1e-5),
+                    bytes_moved=2 * x.numel() * 2)
+
+    for N in widths:
+        specs.append(Spec("softmax", f"{M}x{N}", "f16", lambda N=N: softmax(N)))
+    for N in widths:
+        specs.append(Spec("layer_norm", f"{M}x{N}", "f16", lambda N=N: layer_norm(N)))
+
+    K, N = (32, 48) if DRY_RUN else (1024, 4096)
+
+    def mlp():
+        x = torch.randn(M, K, device=dev, dtype=torch.float16) / math.sqrt(K)
+        w = torch.randn(K, N, device=dev, dtype=torch.float16)
+        b = torch.randn(N, device=dev, dtype=torch.float16)
+        src = (f"def f(x: f16[{M}, {K}], w: f16[{K}, {N}], b: f16[{N}]) -> f16[{M}, {N}] "
+               f"{{ return gelu(x @ w + b) }}")
+        return dict(source=src, inputs=[x, w, b], eager=lambda x, w, b: F.gelu(x @ w + b), flops=2 * M * K * N,
+                    cublas=lambda: x @ w)
+
+    specs.append(Spec("gelu_mlp_epilogue", f"{M}x{K}x{N}", "f16", mlp))
+    shapes = [(4, 16, 2048, 64, False)] if quick else [(4, 16, 2048, 64, False), (8, 16, 4096, 64, False),
+                                                        (8, 16, 4096, 128, True)]
+    if DRY_RUN:
+        shapes = [(1, 2, 40, 16, False), (1, 2, 40, 16, True)]
+    for B, H, L, D, causal in shapes:
+        specs.append(Spec("attention", f"{B}x{H}x{L}x{D}", "f16", lambda B=B, H=H, L=L, D=D, c=causal:
+                          attention(torch, B, H, L, D, c),
+                          note=("causal; " if causal else "") + "eager = F.scaled_dot_product_attention "
+                          "(4-D, its own backend choice)"))
+    S = 48 if DRY_RUN else 4096
+    for name in ("f16", "bf16"):
+        def matmul(name=name):
+            dt = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[name])
+            a = torch.randn(S, S, device=dev, dtype=dt) / math.sqrt(S)
+            c = torch.randn(S, S, device=dev, dtype=dt)
+            src = f"def f(a: {name}[{S}, {S}], c: {name}[{S}, {S}]) -> {name}[{S}, {S}] {{ return a @ c }}"
+            return dict(source=src, inputs=[a, c], eager=lambda a, c: a @ c, flops=2 * S ** 3,
+                        cublas=lambda: a @ c)
+        specs.append(Spec("matmul", f"{S}^3", name, matmul))
+    return specs
 
 
-def model_cases(torch, quick: bool):
-    """Whole f32 models traced with the fx frontend; eager and torch.compile run the same module."""
-    from torch_models import BasicBlock
+def attention(torch, B: int, H: int, L: int, D: int, causal: bool) -> dict:
+    """Attention on (B, H, L, D): SDPA picks its backend; the roofline is SDPA held to its flash kernel."""
+    import torch.nn.functional as F
 
+    q, k, v = (torch.randn(B, H, L, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
+    src = (f"def f(q: f16[{B}, {H}, {L}, {D}], k: f16[{B}, {H}, {L}, {D}], v: f16[{B}, {H}, {L}, {D}]) "
+           f"-> f16[{B}, {H}, {L}, {D}] {{ return attention(q, k, v{', causal=true' if causal else ''}) }}")
+    eager = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    flash = None
+    if not DRY_RUN:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def flash():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return eager(q, k, v)
+    flops = 4 * B * H * L * L * D // (2 if causal else 1)
+    return dict(source=src, inputs=[q, k, v], eager=eager, flops=flops, cublas=flash, roof_name="flash")
+
+
+# ----- whole models -----------------------------------------------------------------------------------------
+def model_plan(quick: bool) -> list[tuple[object, int, str]]:
+    """(model, batch, dtype) in the order they run: the most telling first, so a budget cuts the least."""
+    from torch_models import WHOLE_MODELS
+
+    if DRY_RUN:
+        return [(m, 1, "f32") for m in WHOLE_MODELS] + [(m, 2, "bf16") for m in WHOLE_MODELS if m.small]
+    plan = []
+    for batch, dtype in ((32, "bf16"), (32, "f32"), (1, "bf16"), (1, "f32")):
+        for model in WHOLE_MODELS:
+            if not quick or batch == 32 or model.small:
+                plan.append((model, batch, dtype))
+    return plan
+
+
+def model_specs(torch, quick: bool) -> list[Spec]:
+    specs = []
+    for model, batch, dtype in model_plan(quick):
+        layers = QUICK_LAYERS if quick and model.layered else None
+        note = "model" + (f"; {layers} layers of the model's, full width" if layers else "")
+        specs.append(Spec(model.name, f"batch {batch}", dtype,
+                          lambda model=model, batch=batch, dtype=dtype, layers=layers:
+                          model_case(torch, model, batch, dtype, layers), note=note))
+    return specs
+
+
+def model_case(torch, model, batch: int, dtype: str, layers: int | None) -> dict:
+    """Trace the model (f32 or bf16, on the CPU) with the fx frontend; eager and torch.compile run the same
+    module on the device."""
     from tilegraph.frontends.fx import from_module
 
-    batch = 1 if DRY_RUN else 8 if quick else 32
-    c, hw = (8, 8) if DRY_RUN else (64, 56)
-    d, tokens = (32, 16) if DRY_RUN else (256, 128)
-    mlp_in, mlp_hidden = (64, 32) if DRY_RUN else (784, 512)
-    layer = torch.nn.TransformerEncoderLayer(d_model=d, nhead=4, dim_feedforward=4 * d, dropout=0.0,
-                                             activation="gelu", batch_first=True)
-    mlp = torch.nn.Sequential(torch.nn.Linear(mlp_in, mlp_hidden), torch.nn.ReLU(),
-                              torch.nn.Linear(mlp_hidden, mlp_hidden), torch.nn.ReLU(), torch.nn.Linear(mlp_hidden, 10))
-    models = [("resnet18_basic_block", f"{batch}x{c}x{hw}x{hw}", BasicBlock(c), (batch, c, hw, hw),
-               2 * 2 * batch * c * c * 9 * hw * hw),
-              ("transformer_encoder_layer", f"{batch}x{tokens}x{d}", layer, (batch, tokens, d),
-               batch * tokens * (2 * 4 * d * d + 2 * 2 * tokens * d + 2 * 2 * 4 * d * d)),
-              ("mlp", f"{8 * batch}x{mlp_in}", mlp, (8 * batch, mlp_in),
-               2 * 8 * batch * (mlp_in * mlp_hidden + mlp_hidden * mlp_hidden + mlp_hidden * 10))]
-    for name, shape, module, input_shape, flops in models:
-        module.eval()
-        for m in module.modules():  # non-trivial inference-mode batch norms
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-        example = torch.randn(*input_shape)
-        graph = from_module(module, (example,))
-        module = module.to(DEVICE)
+    module, inputs = model.build(batch, DRY_RUN, layers)
+    module = module.eval()
+    if dtype == "bf16":
+        module = module.to(torch.bfloat16)
+        inputs = tuple(x.to(torch.bfloat16) if x.is_floating_point() else x for x in inputs)
+    with torch.no_grad():
+        graph = from_module(module, inputs)
+    module = module.to(DEVICE)
 
-        def eager(x, module=module):
-            with torch.no_grad():
-                return module(x)
+    def eager(*xs, module=module):
+        with torch.no_grad():
+            return module(*xs)
 
-        yield dict(case=name, shape=shape, dtype="f32", source=graph, inputs=[example.to(DEVICE)], eager=eager,
-                   flops=flops, note="torch model via the fx frontend")
+    return dict(source=graph, inputs=[x.to(DEVICE) for x in inputs], eager=eager,
+                tolerance=5e-2 if dtype == "bf16" else 1e-2)
 
 
-def table(rows: list[Row], bandwidth: float, device: str) -> str:
+# ----- the table ----------------------------------------------------------------------------------------------
+def table(rows: list[Row], bandwidth: float, device: str, command: str, pending: list[str]) -> str:
     out = [f"# tilegraph Triton backend vs torch on {device}", "",
-           f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python benchmarks/triton_gpu.py`. "
+           f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `{command}`. "
            f"Copy bandwidth measured: {bandwidth / 1e9:.0f} GB/s. Times in ms (triton.testing.do_bench). "
            "Ratios > 1 mean tilegraph is faster. `of roofline`: memory-bound cases as a fraction of the copy "
-           "bandwidth, matmul-like cases as a fraction of cuBLAS (torch.matmul).", "",
-           "| case | shape | dtype | tilegraph ms | eager ms | compile ms | eager/tg | compile/tg | of roofline "
-           "| max abs err | note |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "bandwidth, matmul-like cases as a fraction of cuBLAS (torch.matmul), attention as a fraction of SDPA "
+           "held to its flash kernel, whole models in TFLOP/s. f32 rows allow TF32 on both sides. `first s`: "
+           "seconds to the first result (tilegraph: build, JIT compiles, autotuning; torch.compile: Inductor). "
+           "Whole-model rows say \"model\" in the note.", ""]
+    models = [r for r in rows if r.note.startswith("model") and r.compiled_ms and r.tilegraph_ms == r.tilegraph_ms]
+    if models:
+        ratios = [r.compiled_ms / r.tilegraph_ms for r in models]
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        out += [f"Whole models: geometric mean of compile/tg {geo:.2f} over {len(models)} rows, lowest "
+                f"{min(ratios):.2f} ({models[ratios.index(min(ratios))].case}).", ""]
+    out += ["| case | shape | dtype | tilegraph ms | eager ms | compile ms | eager/tg | compile/tg | of roofline "
+            "| max abs err | tg / compile first s | note |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
+        ran = r.tilegraph_ms == r.tilegraph_ms  # not NaN
         comp = f"{r.compiled_ms:.3f}" if r.compiled_ms is not None else "n/a"
-        comp_ratio = f"{r.compiled_ms / r.tilegraph_ms:.2f}" if r.compiled_ms is not None else "n/a"
-        if r.bytes_moved:
+        comp_ratio = f"{r.compiled_ms / r.tilegraph_ms:.2f}" if r.compiled_ms is not None and ran else "n/a"
+        if not ran:
+            roof = ""
+        elif r.bytes_moved:
             roof = f"{r.bytes_moved / (r.tilegraph_ms * 1e-3) / bandwidth:.0%} BW"
         elif r.cublas_ms:
-            roof = f"{r.cublas_ms / r.tilegraph_ms:.0%} cuBLAS"
+            roof = f"{r.cublas_ms / r.tilegraph_ms:.0%} {r.roof_name}"
         elif r.flops:
             roof = f"{r.flops / (r.tilegraph_ms * 1e-3) / 1e12:.0f} TFLOP/s"
         else:
             roof = ""
+        first = "" if r.tilegraph_first_s is None else f"{r.tilegraph_first_s:.1f}"
+        if r.compiled_first_s is not None:
+            first += f" / {r.compiled_first_s:.1f}"
+        eager_ratio = f"{r.eager_ms / r.tilegraph_ms:.2f}" if ran else "n/a"
         out.append(f"| {r.case} | {r.shape} | {r.dtype} | {r.tilegraph_ms:.3f} | {r.eager_ms:.3f} | {comp} | "
-                   f"{r.eager_ms / r.tilegraph_ms:.2f} | {comp_ratio} | {roof} | {r.max_error:.2e} | {r.note} |")
+                   f"{eager_ratio} | {comp_ratio} | {roof} | {r.max_error:.2e} | {first} | {r.note} |")
+    if pending:
+        out += ["", f"Not run (over the time budget): {', '.join(pending)}."]
     return "\n".join(out) + "\n"
+
+
+def release(torch) -> None:
+    """Drop one row's compiled graphs and tensors before the next (each row compiles its own)."""
+    gc.collect()
+    if not DRY_RUN:
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+
+
+def configure_torch(torch) -> None:
+    """TF32 allowed for f32 matmuls and convolutions (both sides follow these flags); Dynamo may compile every
+    row (rows share forward functions: without a higher limit, later rows would silently run eager)."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    import torch._dynamo
+
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                 "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 1024)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="the rows that matter, in under 5 minutes on an H100")
     parser.add_argument("--dry-run", action="store_true",
                         help="no GPU needed: tiny sizes in the Triton interpreter on the CPU; writes nothing")
+    parser.add_argument("--budget", type=float, default=None,
+                        help=f"seconds after which no new row starts (default: {QUICK_BUDGET_S:.0f} with --quick, "
+                             "else none)")
+    parser.add_argument("--only", default="", help="comma-separated case names to run (default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"Markdown table to write (default {RESULTS})")
     args = parser.parse_args(argv)
     global DRY_RUN, DEVICE
-    import os
 
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -242,34 +379,56 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks/triton_gpu.py: TRITON_INTERPRET is set; unset it to time real kernels. Nothing written.",
               file=sys.stderr)
         return 2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # torch_models, zoo_models
+    started = time.perf_counter()
+    budget = args.budget if args.budget is not None else (QUICK_BUDGET_S if args.quick else math.inf)
     torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = False  # f32 rows: IEEE products on both sides
-    torch.backends.cudnn.allow_tf32 = False
+    configure_torch(torch)
     device = "CPU (Triton interpreter, dry run: times are meaningless)" if DRY_RUN else torch.cuda.get_device_name()
+    command = "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "")
     bandwidth = copy_bandwidth(torch)
-    rows = []
-    for spec in cases(torch, args.quick):
-        label = f"{spec['case']} {spec['shape']} {spec['dtype']}"
+    specs = kernel_specs(torch, args.quick) + model_specs(torch, args.quick)
+    if args.only:
+        wanted = set(args.only.split(","))
+        specs = [s for s in specs if s.case in wanted]
+    rows: list[Row] = []
+    for position, spec in enumerate(specs):
+        label = f"{spec.case} {spec.shape} {spec.dtype}"
+        if time.perf_counter() - started > budget:
+            pending = [f"{s.case} {s.shape} {s.dtype}" for s in specs[position:]]
+            print(f"time budget of {budget:.0f} s spent: {len(pending)} rows not run", flush=True)
+            break
+        pending = [f"{s.case} {s.shape} {s.dtype}" for s in specs[position + 1:]]
         try:
-            row = run_case(torch, **spec)
+            row = run_case(torch, spec.case, spec.shape, spec.dtype, **spec.make(), note=spec.note)
         except Exception as exc:
-            print(f"{label}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr)
-            rows.append(Row(spec["case"], spec["shape"], spec["dtype"], math.nan, math.nan, None,
-                            note=f"failed: {type(exc).__name__}"))
-            continue
+            print(f"{label}: FAILED {short_error(exc, 2000)}", file=sys.stderr, flush=True)
+            row = Row(spec.case, spec.shape, spec.dtype, math.nan, math.nan, None,
+                      note=(spec.note + "; " if spec.note else "") + f"failed: {short_error(exc)}")
+        else:
+            print(f"{label}: tilegraph {row.tilegraph_ms:.3f} ms, eager {row.eager_ms:.3f} ms, compile "
+                  f"{row.compiled_ms if row.compiled_ms is not None else 'n/a'} ms, err {row.max_error:.1e}, "
+                  f"first {row.tilegraph_first_s:.1f} s / {row.compiled_first_s} s "
+                  f"[{time.perf_counter() - started:.0f} s]", flush=True)
         rows.append(row)
-        print(f"{label}: tilegraph {row.tilegraph_ms:.3f} ms, eager {row.eager_ms:.3f} ms, compile "
-              f"{row.compiled_ms if row.compiled_ms is not None else 'n/a'} ms, err {row.max_error:.1e}", flush=True)
-    text = table(rows, bandwidth, device)
+        release(torch)
+        if not DRY_RUN:  # the table so far, in case the run is cut short
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(table(rows, bandwidth, device, command, pending))
+    else:
+        pending = []
+    text = table(rows, bandwidth, device, command, pending)
+    failed = [r for r in rows if "failed:" in r.note]
     if DRY_RUN:
         print(text)
-        failed = [r for r in rows if r.note.startswith("failed")]
         print(f"dry run: {len(rows) - len(failed)}/{len(rows)} cases ran; nothing written")
+        for r in failed:
+            print(f"  {r.case} {r.shape} {r.dtype}: {r.note}")
         return 1 if failed else 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
-    print(f"written {args.out}")
+    print(f"written {args.out} ({len(rows) - len(failed)}/{len(rows)} rows ran, {len(pending)} over the budget, "
+          f"{time.perf_counter() - started:.0f} s)")
     return 0
 
 
