@@ -41,10 +41,13 @@ class DynamoOptions:
         "cpp", "triton" (on CUDA tensors, or on the CPU under TRITON_INTERPRET=1), or "reference"
         (the numpy reference executor: slow, for checking the converter).
     cudagraphs: replay a Triton graph's launches through a CUDA graph after a warm-up call.
+    autotune: time each Triton kernel's launch configurations on its first CUDA call (cached on
+        disk); off by default, like Inductor's default mode, because it multiplies compile time.
     """
 
     target: str = "auto"
     cudagraphs: bool = True
+    autotune: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None) -> DynamoOptions:
@@ -58,9 +61,10 @@ class DynamoOptions:
         if options.get("target", "auto") not in TARGETS:
             raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): target {options['target']!r} is not "
                                  f"one of {', '.join(map(repr, TARGETS))}")
-        if not isinstance(options.get("cudagraphs", True), bool):
-            raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): cudagraphs must be True or False, "
-                                 f"not {options['cudagraphs']!r}")
+        for flag in ("cudagraphs", "autotune"):
+            if not isinstance(options.get(flag, True), bool):
+                raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): {flag} must be True or False, "
+                                     f"not {options[flag]!r}")
         return cls(**options)
 
     def target_for(self, args: Sequence[Any]) -> str:
@@ -201,10 +205,10 @@ class TritonRunner(Runner):
         if device.type == "cpu" and not _interpreting():
             raise TilegraphError("target 'triton' on CPU tensors needs TRITON_INTERPRET=1 (set before triton is "
                                  "imported); use target 'cpp' or 'auto' for CPU graphs")
+        program.autotune = options.autotune
         launcher = program.launcher(device, _own_tensors(program, conversion, device))
-        inputs = launcher.check([args[p] for p in self._positions])
-        if device.type == "cuda" and program.autotune:
-            launcher.tune(inputs)
+        if device.type == "cuda" and options.autotune:
+            launcher.tune(launcher.check([args[p] for p in self._positions]))
         self._launcher = launcher
         self._graphed = None
         if device.type == "cuda" and options.cudagraphs:

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One prepared GPU session (issues 19 and 20): set up, GPU tests, then the benchmarks, each under its
+# own time limit, so that a lent device's few minutes give every table that fits.
+#   bash benchmarks/gpu/session.sh [all|dynamo|triton] [dynamo-budget-s] [triton-budget-s]
+# Run on the device machine from the repository root; .whl/ holds the wheels the image lacks
+# (lark, ortools and its pins; see the device tool's README). Results and logs go to $OUT.
+set -uo pipefail
+WHAT=${1:-all}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TILEGRAPH_CACHE_DIR=/tmp/tg-cache
+start=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - start )) s: $*"; }
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+stamp "set up"
+if [ "$WHAT" != triton ]; then
+  timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/frontends/test_dynamo_gpu.py 2>&1 | tail -15 | tee "$OUT/test_dynamo_gpu.log"
+  stamp "dynamo GPU tests"
+  timeout $((DYNAMO_BUDGET + 90)) python3 benchmarks/dynamo_gpu.py --quick --budget "$DYNAMO_BUDGET" >"$OUT/dynamo_gpu.log" 2>&1
+  cp benchmarks/results/dynamo_gpu.md "$OUT/" 2>/dev/null; grep -E "^\||geometric|Not run" "$OUT/dynamo_gpu.log" | tail -20
+  stamp "dynamo_gpu.py"
+fi
+if [ "$WHAT" != dynamo ]; then
+  timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/backends/test_triton_gpu.py 2>&1 | tail -8 | tee "$OUT/test_triton_gpu.log"
+  stamp "triton GPU tests"
+  timeout $((TRITON_BUDGET + 90)) python3 benchmarks/triton_gpu.py --quick --budget "$TRITON_BUDGET" >"$OUT/triton_gpu.log" 2>&1
+  cp benchmarks/results/triton_gpu.md "$OUT/" 2>/dev/null; grep -E "^\||geometric" "$OUT/triton_gpu.log" | tail -30
+  stamp "triton_gpu.py"
+fi

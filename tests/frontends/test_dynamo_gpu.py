@@ -1,0 +1,140 @@
+"""torch.compile(backend="tilegraph") on a real CUDA device: Triton kernels on the tensors' own device,
+CUDA-graph replay, no host round trip.
+
+Skipped without a CUDA device, and when TRITON_INTERPRET is set in this process (the interpreter
+tests set it): on a GPU machine run it on its own, `python -m pytest tests/frontends/test_dynamo_gpu.py`.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the Dynamo backend needs torch")
+pytest.importorskip("triton", reason="the GPU path runs Triton kernels (pip install 'tilegraph[triton]')")
+
+if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"):
+    pytest.skip("TRITON_INTERPRET is set in this process: run this file on its own", allow_module_level=True)
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: the interpreter tests cover the Triton path on the CPU", allow_module_level=True)
+
+from tilegraph.frontends.fx import dynamo  # noqa: E402
+from tilegraph.frontends.fx.errors import TilegraphFallbackWarning  # noqa: E402
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+@pytest.fixture
+def graphs(monkeypatch):
+    """The TilegraphGraph objects Dynamo received, with fallbacks turned into errors."""
+    made = []
+    original = dynamo.tilegraph_backend
+
+    def recording(gm, example_inputs, options=None):
+        compiled = original(gm, example_inputs, options)
+        made.append(compiled)
+        return compiled
+
+    monkeypatch.setattr(dynamo, "tilegraph_backend", recording)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        yield made
+    torch._dynamo.reset()
+
+
+def compiled(model, graphs, **options):
+    return torch.compile(model, backend=dynamo.tilegraph_backend, options=options)
+
+
+def mlp(dtype=torch.float32):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32),
+                               torch.nn.Softmax(-1)).to("cuda", dtype).eval()
+
+
+def close(got, want):
+    scale = max(float(want.float().abs().max()), 1.0)
+    return float((got.float() - want.float()).abs().max()) <= TOLERANCE[want.dtype] * scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_graphs_run_as_triton_on_the_device_in_their_dtype(graphs, dtype):
+    model = mlp(dtype)
+    x = torch.randn(16, 64, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        want, got = model(x), compiled(model, graphs)(x)
+    assert got.device == x.device and got.dtype == want.dtype
+    assert close(got, want)
+    assert [g.target for g in graphs] == ["triton"]
+
+
+def test_cuda_graph_replay_gives_the_first_calls_results_and_follows_new_inputs(graphs):
+    model = mlp()
+    fn = compiled(model, graphs)
+    xs = [torch.randn(16, 64, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        first = fn(xs[0])
+        for _ in range(3):  # warm-up, capture, replays
+            again = fn(xs[0])
+            assert torch.equal(again, first), "a replay must give the eager launch's result bit for bit"
+        held = fn(xs[1])
+        for x in xs[2:]:
+            assert close(fn(x), model(x))
+        assert close(held, model(xs[1])), "a replay must not overwrite outputs the caller holds"
+    (runner,) = graphs[0]._cache.values()
+    assert runner._graphed is not None and runner._graphed.graph is not None, "the launches were captured"
+
+
+def test_cudagraphs_can_be_turned_off(graphs):
+    model = mlp()
+    fn = compiled(model, graphs, cudagraphs=False)
+    x = torch.randn(16, 64, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            assert close(fn(x), model(x))
+    (runner,) = graphs[0]._cache.values()
+    assert runner._graphed is None
+
+
+def test_a_steady_state_call_copies_nothing_to_the_host(graphs):
+    from torch.profiler import ProfilerActivity, profile
+
+    model = mlp()
+    fn = compiled(model, graphs)
+    x = torch.randn(16, 64, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            fn(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn(x)
+            torch.cuda.synchronize()
+    copies = [e.key for e in prof.key_averages() if "DtoH" in e.key or "Device -> Pageable" in e.key]
+    assert not copies, copies
+
+
+def test_weights_updated_in_place_are_seen(graphs):
+    model = mlp()
+    fn = compiled(model, graphs)
+    x = torch.randn(16, 64, device="cuda")
+    with torch.no_grad():
+        fn(x), fn(x), fn(x)
+        model[0].weight.mul_(-2.0)
+        assert close(fn(x), model(x))
+
+
+def test_a_small_transformer_runs_on_the_gpu(graphs):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, use_cache=False)
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(config).to("cuda").eval()
+    ids = torch.randint(0, 128, (2, 32), device="cuda")
+    with torch.no_grad():
+        want = model(ids).last_hidden_state
+        fn = compiled(model, graphs)
+        for _ in range(3):
+            got = fn(ids).last_hidden_state
+    assert got.is_cuda and close(got, want)
+    assert {g.target for g in graphs} == {"triton"}
