@@ -206,5 +206,8 @@ def loops_read(buf: Buffer, amap: AffineMap) -> set[int]:
 
 def element_steps(buf: Buffer, amap: AffineMap) -> dict[int, int]:
     """Elements of `buf`'s storage a read through `amap` advances per step of each loop."""
+    pack = getattr(buf, "pack", None)  # a repacked input (conv.PackedBuffer)
+    if pack is not None:
+        return pack.steps(amap)
     shape = buf.spans if isinstance(buf, LocalBuffer) else buf.value.type.shape
     return linear(amap, row_major_strides(shape))[0]

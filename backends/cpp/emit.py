@@ -26,6 +26,7 @@ from tilegraph.ir.types import DType
 
 from .buffers import Buffer, ConstantBuffer, GlobalBuffer, LocalBuffer, Var, linear, row_major_strides, store
 from .code import Code
+from .conv import PackedBuffer
 from .dialect import Dialect
 from .microkernel import MicroKernel, RegisterBlocks
 from .names import compute_type, mangle
@@ -47,6 +48,7 @@ class KernelEmitter(RegisterBlocks):
         self.scope = names.table.child() if names is not None else None
         # nodes computed at load time (fold.py): not emitted, their results read as kernel inputs
         self.skipped = {i for i, node in enumerate(domain.nodes) if node in folded}
+        self.folded = folded
         sizes = dict(kernel.tiles)
         self.loops = domain.loops
         self.extents = tuple(loop.extent for loop in self.loops)
@@ -55,8 +57,10 @@ class KernelEmitter(RegisterBlocks):
         self.tile = [max(1, t) for t in self.tile]
         self.parallel = [k for k, loop in enumerate(self.loops) if loop.kind == PARALLEL]
         self.reduction = [k for k, loop in enumerate(self.loops) if loop.kind == REDUCTION]
+        self.channel_plans, self.packs = {}, {}
         if dialect.vector_width and kernel.template is None:
             self.widen_tiles()
+            self.plan_channel_blocks(params)
         self.base = {k: self._lo(k) for k in range(len(self.loops))}
         self.outputs = set(kernel.outputs)
         self.global_ptrs = dict(params)
@@ -80,6 +84,8 @@ class KernelEmitter(RegisterBlocks):
                 whole = set(self.reduction) - domain.reduces(i) if i in self.carried else set()
                 self._add_local(value, domain.compose_map(i, amap), whole)
         self.copy_out: dict[Value, str] = {}
+        for value, pack in self.packs.items():  # read from its repacked copy (conv.py)
+            self.buffers[value] = PackedBuffer(value, self.buffers[value].ptr, pack)
 
     def unbuffered(self) -> set[int]:
         """Nodes whose results need no buffer (attention keeps its softmax in registers)."""

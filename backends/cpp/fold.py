@@ -27,6 +27,7 @@ class Folding:
 
     nodes: tuple[Node, ...]  # graph order
     inputs: tuple[Value, ...]  # folded values read by nodes that still run
+    packs: tuple = ()  # conv.WeightPack: repacked constants, passed after `inputs`
 
     @cached_property
     def node_set(self) -> frozenset[Node]:
@@ -65,9 +66,12 @@ def plan_folding(program: Program) -> Folding:
 
 
 def evaluate_folding(folding: Folding, params: Mapping[Value, np.ndarray]) -> list[np.ndarray]:
-    """The arrays of `folding.inputs`, computed from the parameter values (C order, storage dtype)."""
+    """The arrays of `folding.inputs`, computed from the parameter values, then those of
+    `folding.packs` (C order, storage dtype)."""
     env: dict[Value, np.ndarray] = dict(params)
     for node in folding.nodes:
         outs = node.opdef.reference([env[v] for v in node.inputs], node.attrs, node.result_types)
         env.update(zip(node.results, outs))
-    return [np.ascontiguousarray(env[v], dtype=v.type.dtype.numpy) for v in folding.inputs]
+    arrays = [np.ascontiguousarray(env[v], dtype=v.type.dtype.numpy) for v in folding.inputs]
+    return arrays + [np.ascontiguousarray(pack.apply(np.asarray(env[pack.source], dtype=pack.source.type.dtype.numpy)))
+                     for pack in folding.packs]

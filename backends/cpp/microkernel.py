@@ -22,6 +22,7 @@ from tilegraph.ir.types import DType
 
 from .buffers import Var, affine_text, element_steps, loops_read, store
 from .code import Code
+from .conv import ChannelPlan, PackedBuffer, WeightPack, plan_channels, row_blocks
 from .flatrows import FlatPlan, FlatRows
 from .names import compute_type, init_literal
 from .scalar import scalar_expr
@@ -68,6 +69,35 @@ class RegisterBlocks(FlatRows):
             if tiles >= self.micro.threads_hint:
                 self.tile[u] = rows
 
+    def plan_channel_blocks(self, inputs) -> None:
+        """Decide which reductions run as channel blocks (conv.py), reading their constant operand
+        (one of the kernel's `inputs`) from its repacked copy: `channel_plans` (node -> plan),
+        `packs` (value -> pack). A parallel channel tile is widened to whole vectors, and an
+        outer output loop's tile narrowed so that `threads_hint` tiles remain."""
+        width = self.dialect.vector_width
+        for i, space in enumerate(self.domain.spaces):
+            if i in self.skipped or space is None or any(init is None for init in space.init):
+                continue
+            keep = self._order(i, [k for k in self.domain.iterates(i) if k not in self.domain.reduces(i)])
+            plan = plan_channels(self, i, keep, inputs)
+            if plan is None:
+                continue
+            value = self.domain.nodes[i].inputs[plan.operand]
+            if value in self.packs and self.packs[value] != plan.pack:
+                continue
+            v = plan.v
+            if v in self.parallel and self.tile[v] % width and self.tile[v] < self.extents[v]:
+                self.tile[v] = min(self.extents[v], -(-self.tile[v] // width) * width)
+            if self.tile[v] % width and self.tile[v] < self.extents[v]:
+                continue  # blocks would start inside a packed vector
+            self.channel_plans[i] = plan
+            self.packs[value] = plan.pack
+            tiles = lambda: math.prod(-(-self.extents[k] // self.tile[k]) for k in self.parallel)  # noqa: E731
+            for k in keep:
+                while k in self.parallel and k not in (plan.u, v) and self.tile[k] > 1 \
+                        and tiles() < self.micro.threads_hint:
+                    self.tile[k] = -(-self.tile[k] // 2)
+
     def _span(self, ranges: dict[int, tuple[str, str]], k: int) -> int:
         """The longest range loop k takes in `ranges` (its tile, or its extent when whole)."""
         lo, hi = ranges[k]
@@ -106,12 +136,17 @@ class RegisterBlocks(FlatRows):
         node, space = self.domain.nodes[i], self.domain.spaces[i]
         keep = self._order(i, [k for k in ranges if k not in reduced])
         inner = [k for k in sorted(ranges) if k in reduced]
-        v = keep[-1] if keep else None
-        u = self._pick_u(i, keep[:-1], v)
+        channels = self.channel_plans.get(i)
+        if channels is not None:  # vectors along the output channels (conv.py)
+            u, v = channels.u, channels.v
+            mr = row_blocks(self._span(ranges, u), self.micro.mr)
+        else:
+            v = keep[-1] if keep else None
+            u = self._pick_u(i, keep[:-1], v)
+            mr = min(self.micro.mr, self._span(ranges, u)) if u is not None else 1
         outer = [k for k in keep if k not in (u, v)]
-        mr = min(self.micro.mr, self._span(ranges, u)) if u is not None else 1
         vector = self._vectorizable(i, v)
-        flat = self._flat_plan(i, ranges, keep, u, v, mr, inner) if vector else None
+        flat = self._flat_plan(i, ranges, keep, u, v, mr, inner) if vector and channels is None else None
         if flat is not None:  # rows folded with columns (flatrows.py)
             nr = flat.nr
             outer = [k for k in outer if k != flat.w]
@@ -134,9 +169,15 @@ class RegisterBlocks(FlatRows):
         nvs = (self._blocks({flat.total}, nr) if flat is not None else
                self._blocks(self._lengths(ranges, v), nr) if v is not None else {1})
         variants: list[tuple[str | None, Callable[[], None]]] = []  # (test, emit); None: the rest
-        vector_variant = lambda **kw: lambda: self._vector_block(code, i, var, u, v, mr, nr, inner,  # noqa: E731
-                                                                 ranges, first, **kw)
-        if flat is not None:
+        vector_variant = lambda rows=mr, **kw: lambda: self._vector_block(code, i, var, u, v, rows, nr,  # noqa: E731
+                                                                          inner, ranges, first, **kw)
+        if channels is not None:  # a vector block per row count: no scalar edges
+            for rows in sorted(mus, reverse=True):
+                if nr in nvs:
+                    variants.append((f"mu == {rows} && nv == {nr}", vector_variant(rows)))
+                if any(n < nr for n in nvs):
+                    variants.append((f"mu == {rows}", vector_variant(rows, masked=True)))
+        elif flat is not None:
             variants.append((f"mu == {mr}", vector_variant(masked=True, flat=flat)))
         elif mr == 1 and nr == 1:
             variants.append((None, lambda: block("1", "1")))
@@ -144,9 +185,9 @@ class RegisterBlocks(FlatRows):
             variants.append((f"mu == {mr} && nv == {nr}",
                              vector_variant() if vector else lambda: block(str(mr), str(nr))))
         masked = vector and flat is None and mr in mus and any(n < nr for n in nvs)
-        if masked:  # a partial block along v: masked rows
+        if masked and channels is None:  # a partial block along v: masked rows
             variants.append((f"mu == {mr}", vector_variant(masked=True)))
-        scalar = (mr, nr) != (1, 1) and (mus != {mr} or (nvs != {nr} and not vector))
+        scalar = (mr, nr) != (1, 1) and (mus != {mr} or (nvs != {nr} and not vector)) and channels is None
         if scalar:  # partial along u (or v, without vectors): a scalar block of mu x nv
             variants.append((None, lambda: block("mu", "nv")))
         tests = " ".join(test for test, _ in variants if test)
@@ -303,6 +344,13 @@ class RegisterBlocks(FlatRows):
                 start = buf.lvalue(cmap, at_flat("bf"))
                 load = (f"{vtype} a{n}[{lanes}]; "
                         f"tg_load_masks(a{n}, &{start}, &{table.name}[{table.index(nr, lanes)}], {lanes});")
+                names.append(f"a{n}[q]")
+                (per_row if u in used else per_lane).append(load)
+            elif v in used and isinstance(buf, PackedBuffer):  # whole zero-padded vectors (conv.py)
+                load = (f"{vtype} a{n}[{lanes}]; for (int64_t q = 0; q < {lanes}; ++q) " +
+                        (f"if (q * {width} < nv) " if masked else "") +
+                        f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));" +
+                        (f" else a{n}[q] = {vtype}{{}};" if masked else ""))
                 names.append(f"a{n}[q]")
                 (per_row if u in used else per_lane).append(load)
             elif v in used:
