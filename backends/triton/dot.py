@@ -2,7 +2,8 @@
 
 A mixin of the kernel emitter (`kernel.KernelEmitter`): it needs the emitter's loop plans, reads,
 and line output, and gives it `dot_plan` (is this node a dot, and over which loop groups),
-`dot_product`/`dot_block` (the code), and `grouped_tiles` (launch order for tiled matmuls).
+`dot_product`/`dot_block` (the code), and `grouped_tiles` (launch order for tiled matmuls). f32 products
+take the precision of the build's options (`options.TritonOptions`: TF32 where torch would use it).
 """
 from __future__ import annotations
 
@@ -131,10 +132,16 @@ class DotMixin:
         """`tl.dot(a, b[, acc])` of node i's operands."""
         a = self.dot_operand(i, plan, 0)
         b = self.dot_operand(i, plan, 1)
-        dtype = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.name
-        if dtype == "bf16" and self.interpreter:
-            a, b, dtype = f"{a}.to(tl.float32)", f"{b}.to(tl.float32)", "f32"
-        precision = ', input_precision="ieee"' if dtype == "f32" else ""
+        node = self.domain.nodes[i]
+        dtype = node.inputs[plan.args[0]].type.dtype.name
+        precision = ""
+        if dtype == "bf16" and self.interpreter:  # bf16 values are exact in f32 (and in TF32)
+            a, b, precision = f"{a}.to(tl.float32)", f"{b}.to(tl.float32)", ', input_precision="ieee"'
+        elif dtype == "f32":
+            mode = self.options.precision(node.op)
+            if mode == "tf32" and self.interpreter:  # the interpreter multiplies in f32: round as the GPU does
+                a, b = f"_tg_tf32({a})", f"_tg_tf32({b})"
+            precision = f', input_precision="{mode}"'
         self.uses_dot = True
         if acc is not None:
             return f"tl.dot({a}, {b}, {acc}{precision})"

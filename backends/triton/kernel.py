@@ -33,6 +33,7 @@ from tilegraph.ir.templates import lowering_for
 from .attention import AttentionMixin
 from .dot import GROUP_M, MIN_DOT, DotMixin, split_update
 from .names import NameTable, identifier, py_reserved
+from .options import TritonOptions
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
 
 MAX_NUMEL = 1 << 20  # Triton's largest block tensor
@@ -108,8 +109,9 @@ class KernelEmitter(DotMixin, AttentionMixin):
     """Emits one kernel; `emit()` returns its KernelSource."""
 
     def __init__(self, kernel: Kernel, domain, function: str, interpreter: bool = False,
-                 names: dict[Value, str] | None = None) -> None:
+                 names: dict[Value, str] | None = None, options: TritonOptions | None = None) -> None:
         self.kernel, self.domain, self.function = kernel, domain, function
+        self.options = options if options is not None else TritonOptions.from_torch()
         # tensors as the module names them (`names.tensor_names`); blocks inside the kernel are
         # called after the value they hold, pointers `<tensor>_ptr`, in the kernel's own scope
         self.names = names if names is not None else {}
@@ -503,10 +505,11 @@ class KernelEmitter(DotMixin, AttentionMixin):
 
 
 def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False,
-                names: dict[Value, str] | None = None) -> KernelSource:
+                names: dict[Value, str] | None = None, options: TritonOptions | None = None) -> KernelSource:
     """The `@triton.jit` source of one structured kernel (raises TilegraphError when unsupported);
-    `names`: the module's tensor names (default: from the values' IR names)."""
-    return KernelEmitter(kernel, domain, function, interpreter, names).emit()
+    `names`: the module's tensor names (default: from the values' IR names); `options`: the build's
+    (default: torch's precision flags now, `TritonOptions.from_torch`)."""
+    return KernelEmitter(kernel, domain, function, interpreter, names, options).emit()
 
 
 __all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2", "MAX_NUMEL"]

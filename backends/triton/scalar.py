@@ -154,6 +154,15 @@ class ScalarTranslator:
 # Helpers the generated module defines once (jit functions callable from every kernel).
 HELPERS = '''
 @triton.jit
+def _tg_tf32(x):
+    # f32 operands of a TF32 tl.dot kept to TF32's 10 mantissa bits (rounded to nearest), as the tensor
+    # cores see them: the interpreter multiplies in f32 whatever the precision asked for
+    bits = x.to(tl.int32, bitcast=True)
+    r = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return tl.where(x == x, r, x)
+
+
+@triton.jit
 def _tg_tanh(x):
     e = tl.exp(-2.0 * tl.abs(x))
     t = (1.0 - e) / (1.0 + e)

@@ -129,7 +129,7 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
     conv2_weight_op = tl.reshape(conv2_weight_op, (16, 8, 8, 8,))
     conv2_weight_op = tl.permute(conv2_weight_op, (1, 2, 3, 0,))
     conv2_weight_op = tl.reshape(conv2_weight_op, (512, 16))
-    v3_part = tl.dot(p1_op, conv2_weight_op, input_precision="ieee", out_dtype=tl.float32)
+    v3_part = tl.dot(p1_op, conv2_weight_op, input_precision="tf32", out_dtype=tl.float32)
     v3_part = tl.reshape(v3_part, (2, 8, 16,))
     v3_part = tl.permute(v3_part, (2, 0, 1,))
     v3_part = tl.reshape(v3_part, (1, 16, 2, 8, 1, 1, 1))

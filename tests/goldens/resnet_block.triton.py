@@ -64,7 +64,7 @@ def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_
         conv_bn_w_op = tl.reshape(conv_bn_w_op, (32, 16, 4, 4,))
         conv_bn_w_op = tl.permute(conv_bn_w_op, (1, 2, 3, 0,))
         conv_bn_w_op = tl.reshape(conv_bn_w_op, (256, 32))
-        v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="ieee")
+        v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="tf32")
     v0 = v0_acc
     v0 = tl.trans(v0)
     v0 = tl.reshape(v0, (1, 32, 1, 32, 1, 1, 1))
@@ -116,7 +116,7 @@ def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_mean_ptr, v22_ptr, conv_bn_1_bet
         conv_bn_1_w_op = tl.reshape(conv_bn_1_w_op, (16, 32, 4, 4,))
         conv_bn_1_w_op = tl.permute(conv_bn_1_w_op, (1, 2, 3, 0,))
         conv_bn_1_w_op = tl.reshape(conv_bn_1_w_op, (512, 16))
-        v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="ieee")
+        v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="tf32")
     v2 = v2_acc
     v2 = tl.trans(v2)
     v2 = tl.reshape(v2, (16, 1, 16, 1, 1, 1))
