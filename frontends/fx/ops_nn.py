@@ -7,6 +7,7 @@ avg_pool2d when the sizes divide, else separable slice-means; attention layers m
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -15,8 +16,8 @@ import torch.nn.functional as F
 
 from tilegraph.ir import DType, Value
 
-from .context import ConvertContext, Missing, Unsupported
-from .ops_tensor import A, matmul_values, slice_axis
+from .context import ConvertContext, Missing, Unsupported, ir_dtype
+from .ops_tensor import A, matmul_values, pad, slice_axis
 from .registry import converts, optional
 
 
@@ -227,8 +228,16 @@ def layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, *rest)
 
 @converts(A("native_layer_norm"))
 def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
-    saved = Missing("the saved statistics of native layer norm")
-    return (layer_norm_values(cx, x, normalized_shape, weight, bias, eps), saved, saved)
+    """(y, mean, 1/std) as torch saves them for the backward (the statistics are dead code unless used)."""
+    y = layer_norm_values(cx, x, normalized_shape, weight, bias, eps)
+    x = cx.value(x)
+    axes = tuple(range(x.type.rank - len(tuple(normalized_shape)), x.type.rank))
+    mean = cx.b.mean(x, axes=axes, keepdims=True)
+    centered = cx.b.sub(x, mean)
+    variance = cx.b.mean(cx.b.mul(centered, centered), axes=axes, keepdims=True)
+    rstd = cx.b.rsqrt(cx.b.add(variance, cx.value(float(eps), x.dtype)))
+    dtype = cx.expected[1].dtype
+    return (y, cx.cast(mean, ir_dtype(dtype)), cx.cast(rstd, ir_dtype(dtype)))
 
 
 @converts(nn.LayerNorm)
@@ -686,7 +695,70 @@ def max_pool2d(cx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 def max_pool2d_with_indices(cx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *args):
     y = pool_values(cx, "max_pool2d", x, kernel_size, stride, padding, ceil_mode, dilation)
     y = cx.reshape(y, cx.out_shape)
-    return (y, Missing("max-pool indices"))
+    window = PoolWindow.of(kernel_size, stride, padding, dilation)
+    indices = max_pool_indices(cx, cx.value(x), window, tuple(cx.out_shape[-2:]))
+    return (y, cx.reshape(indices, tuple(cx.expected[1].shape)))  # dead code unless the backward saves them
+
+
+@dataclass(frozen=True)
+class PoolWindow:
+    """A 2-d pooling window's geometry, per spatial axis (torch's defaults filled in)."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+
+    @classmethod
+    def of(cls, kernel_size, stride, padding, dilation=1) -> PoolWindow:
+        kernel = _pair(kernel_size, "kernel_size")
+        stride = _pair(stride, "stride") if stride not in (None, []) else kernel
+        return cls(kernel, stride, _pair(padding, "padding"), _pair(dilation, "dilation"))
+
+    def rows(self, axis: int, k: int, out: int) -> np.ndarray:
+        """The input row (or column) that window element `k` of each of the `out` windows reads."""
+        return np.arange(out) * self.stride[axis] + k * self.dilation[axis] - self.padding[axis]
+
+    def positions(self, size: tuple[int, int], out: tuple[int, int], kh: int, kw: int) -> np.ndarray:
+        """Flat position in the [H, W] plane of window element (kh, kw) per window, -1 in the padding."""
+        rows, cols = self.rows(0, kh, out[0]), self.rows(1, kw, out[1])
+        valid = ((rows >= 0) & (rows < size[0]))[:, None] & ((cols >= 0) & (cols < size[1]))[None, :]
+        return np.where(valid, rows[:, None] * size[1] + cols[None, :], -1).astype(np.int64)
+
+    def first_valid(self, size: tuple[int, int], out: tuple[int, int]) -> np.ndarray:
+        """Each window's first element inside the input: where torch's max-pool index starts."""
+        firsts = []
+        for axis in (0, 1):
+            start = self.rows(axis, 0, out[axis])
+            step = self.dilation[axis]
+            firsts.append(np.where(start < 0, start + (-start + step - 1) // step * step, start))
+        return (firsts[0][:, None] * size[1] + firsts[1][None, :]).astype(np.int64)
+
+
+def max_pool_indices(cx, x: Value, window: PoolWindow, out_hw: tuple[int, int]) -> Value:
+    """max_pool2d's indices as torch's CPU kernel picks them: each window scanned row by row from its
+    first element inside the input, a later element winning only if larger (or NaN); i64 [N, C, Ho, Wo]."""
+    x = _batched(cx, x, 4)
+    size = x.shape[2:]
+    fill = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
+    needed = [(out_hw[a] - 1) * window.stride[a] + (window.kernel[a] - 1) * window.dilation[a] + 1 for a in (0, 1)]
+    after = [needed[a] - size[a] - window.padding[a] for a in (0, 1)]
+    padded = pad(cx, x, [window.padding[1], after[1], window.padding[0], after[0]], value=fill)
+    best = cx.value(fill, x.dtype)
+    index = cx.param(f"{cx.node.name}_first", torch.from_numpy(window.first_valid(size, out_hw)))
+    for kh in range(window.kernel[0]):
+        for kw in range(window.kernel[1]):
+            start = (0, 0, kh * window.dilation[0], kw * window.dilation[1])
+            stop = x.shape[:2] + tuple(start[2 + a] + (out_hw[a] - 1) * window.stride[a] + 1 for a in (0, 1))
+            element = cx.b.slice(padded, start=start, stop=stop, step=(1, 1) + window.stride)
+            better = cx.b.gt(element, best)
+            if x.dtype.is_float:  # NaN wins, as in torch
+                better = cx.b.where(better, cx.value(True, DType.bool), cx.b.ne(element, element))
+            position = cx.param(f"{cx.node.name}_pos{kh}_{kw}",
+                                torch.from_numpy(window.positions(size, out_hw, kh, kw)))
+            best = cx.b.where(better, element, best)
+            index = cx.b.where(better, position, index)
+    return index
 
 
 @converts(nn.MaxPool2d)
@@ -1054,3 +1126,34 @@ def transformer_encoder_layer_fast_path(cx, src, embed_dim, num_heads, qkv_weigh
         return cx.b.add(x, feed_forward(norm(x, norm_weight_2, norm_bias_2)))
     x = norm(cx.b.add(x, attend(x)), norm_weight_1, norm_bias_1)
     return norm(cx.b.add(x, feed_forward(x)), norm_weight_2, norm_bias_2)
+
+
+# ----- losses ----------------------------------------------------------------------------------------
+def _pointwise_loss(cx, error, input, target, size_average, reduce, reduction) -> Value:
+    """mean/sum/none of error(input - target), in the result's dtype (f32 inside a CPU autocast region,
+    where torch runs losses in f32)."""
+    if size_average is not None or reduce is not None:
+        raise Unsupported("the deprecated size_average/reduce arguments (use reduction=)")
+    if reduction not in ("mean", "sum", "none"):
+        raise Unsupported(f"reduction={reduction!r}")
+    dtype = cx.out_dtype
+    input, target = cx.value(input, dtype), cx.value(target, dtype)
+    shape = np.broadcast_shapes(input.shape, target.shape)
+    per_element = error(cx.b.sub(cx.broadcast(input, shape), cx.broadcast(target, shape)))
+    if reduction == "none" or not shape:
+        return per_element
+    return cx.b.op(reduction, per_element, axes=tuple(range(len(shape))), keepdims=False)
+
+
+@converts(F.mse_loss)
+def mse_loss(cx, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    if weight is not None:
+        raise Unsupported("mse_loss with weight=")
+    return _pointwise_loss(cx, lambda d: cx.b.mul(d, d), input, target, size_average, reduce, reduction)
+
+
+@converts(F.l1_loss)
+def l1_loss(cx, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    if weight is not None:
+        raise Unsupported("l1_loss with weight=")
+    return _pointwise_loss(cx, cx.b.abs, input, target, size_average, reduce, reduction)

@@ -453,6 +453,26 @@ def amin(cx, x, dim=(), keepdim=False):
     return _reduce(cx, "min", x, dim, keepdim)
 
 
+def _truth(cx, reduce: str, x, dim=None, keepdim=False) -> Value:
+    """any/all: the max/min of the elements' truth values (as i32; the IR reduces numbers)."""
+    x = cx.value(x)
+    truth = x if x.dtype is DType.bool else cx.b.ne(x, cx.value(0, x.dtype))
+    if x.type.rank == 0:
+        return truth
+    reduced = cx.b.op(reduce, cx.cast(truth, DType.i32), axes=dims_arg(dim, x.type.rank), keepdims=bool(keepdim))
+    return cx.b.gt(reduced, cx.value(0, DType.i32))
+
+
+@converts(torch.any, "any", A("any"))
+def any_(cx, x, dim=None, keepdim=False, *, out=None):
+    return _truth(cx, "max", x, dim, keepdim)
+
+
+@converts(torch.all, "all", A("all"))
+def all_(cx, x, dim=None, keepdim=False, *, out=None):
+    return _truth(cx, "min", x, dim, keepdim)
+
+
 @converts(torch.var, "var", A("var"))
 def var(cx, x, dim=None, *args, correction=None, keepdim=False, unbiased=None):
     if args:  # var(x, dim, unbiased, keepdim) or var(x, unbiased)

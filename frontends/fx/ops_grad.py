@@ -1,0 +1,196 @@
+"""Converters for the ATen backward ops that remain after core-ATen decomposition (training under
+torch.compile, `training.py`): convolution, max-pool and average-pool backward, and var_mean.
+
+The IR has no scatter, so each backward is written with ops it has:
+- convolution_backward: the input gradient is a stride-1 convolution of the output gradient, spread
+  to every `stride`-th position (zeros between), with the weights flipped and their channels swapped
+  per group; the weight gradient is a convolution of the input by the output gradient (the two swap
+  roles: batch becomes channels, stride becomes dilation); the bias gradient is a sum.
+- pooling backward: each window element's share of the output gradient (max pool: where the saved
+  index is that element; average pool: scaled by torch's divisor for the window) is placed back on the
+  input grid by two matmuls with constant 0/1 matrices, one per spatial axis.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tilegraph.ir import Value
+
+from .context import ConvertContext, Missing, Unsupported
+from .ops_nn import PoolWindow, _batched, _pair
+from .ops_tensor import A, pad
+from .registry import converts
+
+
+def _not_requested(what: str) -> Missing:
+    return Missing(f"the {what} gradient, which the graph did not ask convolution_backward for")
+
+
+def spread(cx: ConvertContext, x: Value, axis: int, stride: int, offset: int, size: int) -> Value:
+    """`out[offset + i * stride] = x[i]` along `axis`, zeros elsewhere, `size` long (what falls outside
+    [0, size) is dropped)."""
+    length = x.shape[axis]
+    if stride > 1:  # interleave stride - 1 zeros after every element
+        column = cx.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
+        zeros = cx.b.constant(0, x.dtype, x.shape[:axis + 1] + (stride - 1,) + x.shape[axis + 1:])
+        x = cx.reshape(cx.b.concat(column, zeros, axis=axis + 1), x.shape[:axis] + (length * stride,) + x.shape[axis + 1:])
+    widths = [0] * (2 * x.type.rank)
+    last = x.type.rank - 1 - axis  # torch's pad lists the last axis first
+    widths[2 * last], widths[2 * last + 1] = offset, size - offset - x.shape[axis]
+    return pad(cx, x, widths)
+
+
+def _flip(cx: ConvertContext, x: Value, axes: tuple[int, ...]) -> Value:
+    for axis in axes:
+        if x.shape[axis] > 1:
+            reverse = cx.param(f"{cx.node.name}_reverse{axis}", torch.arange(x.shape[axis] - 1, -1, -1))
+            x = cx.b.gather(x, reverse, axis=axis)
+    return x
+
+
+def _conv_input_grad(cx, grad: Value, weight: Value, size, stride, padding, dilation, groups) -> Value:
+    """The gradient of conv2d's input: a transposed convolution of the output gradient."""
+    cout, cin_group, kh, kw = weight.shape
+    kernel = (kh, kw)
+    offsets = [dilation[a] * (kernel[a] - 1) - padding[a] for a in (0, 1)]
+    swapped = cx.reshape(weight, (groups, cout // groups, cin_group) + kernel)
+    swapped = cx.reshape(cx.transpose(swapped, (0, 2, 1, 3, 4)), (groups * cin_group, cout // groups) + kernel)
+    flipped = _flip(cx, swapped, (2, 3))
+    if stride == (1, 1) and min(offsets) >= 0:  # the spread is plain symmetric padding
+        return cx.b.conv2d(grad, flipped, stride=(1, 1), padding=tuple(offsets), dilation=dilation, groups=groups)
+    for a in (0, 1):
+        grad = spread(cx, grad, 2 + a, stride[a], offsets[a], size[a] + dilation[a] * (kernel[a] - 1))
+    return cx.b.conv2d(grad, flipped, stride=(1, 1), padding=(0, 0), dilation=dilation, groups=groups)
+
+
+def _conv_weight_grad(cx, grad: Value, x: Value, kernel, stride, padding, dilation, groups) -> Value:
+    """The gradient of conv2d's weight: the input convolved with the output gradient as the kernel."""
+    n, cin, height, width = x.shape
+    cout = grad.shape[1]
+    images = cx.reshape(x, (n, groups, cin // groups, height, width))
+    images = cx.reshape(cx.transpose(images, (2, 1, 0, 3, 4)), (cin // groups, groups * n, height, width))
+    kernels = cx.transpose(grad, (1, 0, 2, 3))
+    full = cx.b.conv2d(images, kernels, stride=dilation, padding=padding, dilation=stride, groups=groups)
+    full = cx.b.slice(full, start=(0, 0, 0, 0), stop=(cin // groups, cout) + tuple(kernel), step=(1, 1, 1, 1)) \
+        if full.shape[2:] != tuple(kernel) else full
+    return cx.transpose(full, (1, 0, 2, 3))
+
+
+@converts(A("convolution_backward"))
+def convolution_backward(cx, grad_output, x, weight, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    if transposed:
+        raise Unsupported("the backward of a transposed convolution")
+    grad, x, weight = cx.value(grad_output), cx.value(x), cx.value(weight)
+    rank = weight.type.rank
+    if rank not in (3, 4):
+        raise Unsupported(f"the backward of a {rank - 2}-d convolution")
+    input_shape, weight_shape = x.shape, weight.shape
+    if rank == 3:  # conv1d as a conv2d over [N, C, 1, L]
+        def lift(v: Value) -> Value:
+            return cx.reshape(v, v.shape[:-1] + (1, v.shape[-1]))
+
+        x, grad, weight = lift(_batched(cx, x, 3)), lift(_batched(cx, grad, 3)), lift(weight)
+        stride, padding, dilation = ((fill,) + tuple(p)[:1] for fill, p in ((1, stride), (0, padding), (1, dilation)))
+    else:
+        x, grad = _batched(cx, x, 4), _batched(cx, grad, 4)
+    stride, padding, dilation = _pair(stride, "stride"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    results: list = [_not_requested("input"), _not_requested("weight"), _not_requested("bias")]
+    if output_mask[0]:
+        got = _conv_input_grad(cx, grad, weight, x.shape[2:], stride, padding, dilation, groups)
+        results[0] = cx.reshape(got, input_shape)
+    if output_mask[1]:
+        got = _conv_weight_grad(cx, grad, x, weight.shape[2:], stride, padding, dilation, groups)
+        results[1] = cx.reshape(got, weight_shape)
+    if output_mask[2]:
+        results[2] = cx.b.sum(grad, axes=(0, 2, 3), keepdims=False)
+    return tuple(results)
+
+
+# ----- pooling --------------------------------------------------------------------------------------
+def _placement(window: PoolWindow, axis: int, size: int, out: int, elements: int) -> torch.Tensor:
+    """[elements * out, size] 0/1: row (k, y) has a 1 at the input position window element k of window y reads."""
+    matrix = np.zeros((elements * out, size), dtype=np.float32)
+    for k in range(elements):
+        rows = window.rows(axis, k, out)
+        valid = (rows >= 0) & (rows < size)
+        matrix[k * out + np.arange(out)[valid], rows[valid]] = 1.0
+    return torch.from_numpy(matrix)
+
+
+def _place(cx, shares: Value, window: PoolWindow, size: tuple[int, int], out: tuple[int, int],
+           elements: tuple[int, int]) -> Value:
+    """Sum each window element's share ([N, C, KH * Ho, KW * Wo]) into the input grid [N, C, H, W]."""
+    n, c = shares.shape[:2]
+    rows, cols = shares.shape[2:]
+    dtype = shares.dtype
+    along_w = cx.value(cx.param(f"{cx.node.name}_place_w", _placement(window, 1, size[1], out[1], elements[1])),
+                       dtype)
+    along_h = cx.value(cx.param(f"{cx.node.name}_place_h", _placement(window, 0, size[0], out[0], elements[0])),
+                       dtype)
+    y = cx.b.matmul(cx.reshape(shares, (n * c * rows, cols)), along_w)  # [N*C*rows, W]
+    y = cx.transpose(cx.reshape(y, (n, c, rows, size[1])), (0, 1, 3, 2))  # [N, C, W, rows]
+    y = cx.b.matmul(cx.reshape(y, (n * c * size[1], rows)), along_h)  # [N*C*W, H]
+    return cx.transpose(cx.reshape(y, (n, c, size[1], size[0])), (0, 1, 3, 2))
+
+
+@converts(A("max_pool2d_with_indices_backward"))
+def max_pool2d_with_indices_backward(cx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    x, grad, indices = cx.value(x), _batched(cx, cx.value(grad_output), 4), _batched(cx, cx.value(indices), 4)
+    window = PoolWindow.of(kernel_size, stride, padding, dilation)
+    size, out = _batched(cx, x, 4).shape[2:], grad.shape[2:]
+    n, c = grad.shape[:2]
+    kh, kw = window.kernel
+    positions = np.stack([np.stack([window.positions(size, out, i, j) for j in range(kw)], axis=1)
+                          for i in range(kh)])  # [KH, Ho, KW, Wo]
+    positions = cx.param(f"{cx.node.name}_positions", torch.from_numpy(positions))
+    hits = cx.b.eq(cx.reshape(indices, (n, c, 1, out[0], 1, out[1])), positions)
+    shares = cx.b.where(hits, cx.reshape(grad, (n, c, 1, out[0], 1, out[1])), cx.value(0.0, grad.dtype))
+    shares = cx.reshape(shares, (n, c, kh * out[0], kw * out[1]))
+    return cx.reshape(_place(cx, shares, window, size, out, window.kernel), cx.out_shape)
+
+
+@converts(A("avg_pool2d_backward"))
+def avg_pool2d_backward(cx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    x, grad = cx.value(x), _batched(cx, cx.value(grad_output), 4)
+    window = PoolWindow.of(kernel_size, stride, padding)
+    size, out = _batched(cx, x, 4).shape[2:], grad.shape[2:]
+    # 1 / torch's divisor per window: the average of ones over the count of inputs the window holds
+    ones = torch.ones((1, 1) + tuple(size), dtype=torch.float64)
+    pool = dict(kernel_size=window.kernel, stride=window.stride, padding=window.padding, ceil_mode=ceil_mode)
+    average = torch.nn.functional.avg_pool2d(ones, count_include_pad=count_include_pad,
+                                             divisor_override=divisor_override, **pool)
+    count = torch.nn.functional.avg_pool2d(ones, divisor_override=1, **pool)
+    scale = cx.value(cx.param(f"{cx.node.name}_scale", (average / count)[0, 0].float()), grad.dtype)
+    scaled = cx.b.mul(grad, scale)
+    n, c = grad.shape[:2]
+    kh, kw = window.kernel
+    shares = cx.broadcast(cx.reshape(scaled, (n, c, 1, out[0], 1, out[1])), (n, c, kh, out[0], kw, out[1]))
+    shares = cx.reshape(shares, (n, c, kh * out[0], kw * out[1]))
+    return cx.reshape(_place(cx, shares, window, size, out, window.kernel), cx.out_shape)
+
+
+# ----- statistics ------------------------------------------------------------------------------------
+@converts(torch.var_mean, A("var_mean"))
+def var_mean(cx, x, dim=None, *args, correction=None, keepdim=False, unbiased=None):
+    """(variance, mean) over `dim`; the correction as torch.var takes it (default 1)."""
+    if args:  # var_mean(x, dim, unbiased, keepdim) or var_mean(x, unbiased)
+        unbiased, *rest = args
+        keepdim = rest[0] if rest else keepdim
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    x = cx.value(x, cx.out_dtype)
+    axes = tuple(d % x.type.rank for d in ((dim,) if isinstance(dim, int) else dim)) if dim not in (None, [], ()) \
+        else tuple(range(x.type.rank))
+    count = int(np.prod([x.shape[a] for a in axes]))
+    mean = cx.b.mean(x, axes=axes, keepdims=True)
+    centered = cx.b.sub(x, mean)
+    total = cx.b.sum(cx.b.mul(centered, centered), axes=axes, keepdims=bool(keepdim))
+    variance = cx.b.div(total, cx.value(float(max(count - correction, 0)), x.dtype))
+    return variance, (mean if keepdim else cx.reshape(mean, tuple(cx.expected[1].shape)))
+
