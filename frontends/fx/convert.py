@@ -30,7 +30,7 @@ import torch.utils._pytree as pytree
 from tilegraph.ir import Graph, GraphBuilder, ShapeError, SourceLocation, TilegraphError, Value
 from tilegraph.ir.verifier import verify
 
-from . import ops_grad, ops_index, ops_nn, ops_tensor  # noqa: F401  (registration)
+from . import ops_autocast, ops_grad, ops_index, ops_nn, ops_tensor  # noqa: F401  (registration)
 from .context import ConvertContext, Missing, Unsupported, tensor_type, to_numpy, torch_dtype
 from .errors import ConversionError, Offender, UnsupportedOpsError
 from .registry import METHODS, describe_target, function_converter, module_converter, register_inplace_aten_variants
@@ -94,25 +94,29 @@ class FxConverter:
         self.input_positions: list[int] = []
         self.state_positions: list[int] = []
         self.scalar_positions: list[int] = []
+        self.autocast_regions: list[Any] = []  # autocast contexts entered by the walk, not left yet
 
     # ----- the walk -------------------------------------------------------------------------
     def convert(self, args: Sequence[Any]) -> Conversion:
         position = 0
         result = None
-        for node in self.gm.graph.nodes:
-            try:
-                if node.op == "placeholder":
-                    self._placeholder(node, position, args)
-                    position += 1
-                elif node.op == "get_attr":
-                    self._get_attr(node)
-                elif node.op in ("call_function", "call_method", "call_module"):
-                    self._call(node)
-                elif node.op == "output":
-                    result = self._output(node)
-            except Unsupported as e:  # e.g. a parameter of an unsupported dtype
-                module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
-                self._offend(node, module, str(e))
+        try:
+            for node in self.gm.graph.nodes:
+                try:
+                    if node.op == "placeholder":
+                        self._placeholder(node, position, args)
+                        position += 1
+                    elif node.op == "get_attr":
+                        self._get_attr(node)
+                    elif node.op in ("call_function", "call_method", "call_module"):
+                        self._call(node)
+                    elif node.op == "output":
+                        result = self._output(node)
+                except Unsupported as e:  # e.g. a parameter of an unsupported dtype
+                    module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
+                    self._offend(node, module, str(e))
+        finally:
+            ops_autocast.exit_regions(self.autocast_regions)
         if position < len(args):
             raise ConversionError(f"{self.model} takes {position} input(s) but {len(args)} example inputs were given")
         if self.offenders:
@@ -208,6 +212,7 @@ class FxConverter:
         inputs = node.all_input_nodes
         after_failure = any(n in self.failed for n in inputs)  # still run, to report ops with no converter
         result = self._execute(node, module)
+        self._track_autocast(node, result)
         if _is_setitem(node):  # `x[i] = v` returns None: what it makes is the updated x
             result = self.examples[node.args[0]]
         self.examples[node] = result
@@ -254,6 +259,9 @@ class FxConverter:
         self.b.loc = self._location(node)
         before = len(self.graph)
         try:
+            autocast = self._autocast_dtype(node, module, result)
+            if autocast is not None:  # inside a torch.autocast region: the inputs in autocast's dtype
+                call_args, lifted_kwargs = ops_autocast.cast_inputs(self.cx, (call_args, lifted_kwargs), autocast)
             produced = converter(self.cx, *call_args, **lifted_kwargs)
             self._check(node, module, produced, result)
         except Unsupported as e:
@@ -300,6 +308,24 @@ class FxConverter:
             what = describe_target(node.op, node.target, module)
             raise ConversionError(f"{self.model}: running the traced graph on the example inputs failed at node "
                                   f"{node.name} ({what}): {type(e).__name__}: {e}") from e
+
+    def _track_autocast(self, node: fx.Node, result: Any) -> None:
+        """Running `_enter_autocast` entered the region (the ops after it run under autocast); remember
+        it until `_exit_autocast`, so that an error part-way leaves no autocast on."""
+        if node.op != "call_function":
+            return
+        if node.target is ops_autocast.ENTER:
+            self.autocast_regions.append(result)
+        elif node.target is ops_autocast.EXIT and self.autocast_regions:
+            self.autocast_regions.pop()
+
+    def _autocast_dtype(self, node: fx.Node, module: torch.nn.Module | None, result: Any) -> torch.dtype | None:
+        """The dtype torch.autocast cast this op's floating-point inputs to (None outside a region, for
+        ops autocast leaves alone, for in-place ops and for whole modules)."""
+        if module is not None or node.op == "placeholder" or _is_inplace(node, module):
+            return None
+        args = fx.node.map_arg((node.args, node.kwargs), lambda n: self.examples[n])
+        return ops_autocast.cast_dtype(lambda: self._execute(node, module), args, result)
 
     def _converter(self, node: fx.Node, module: torch.nn.Module | None):
         if node.op == "call_function":

@@ -1126,3 +1126,34 @@ def transformer_encoder_layer_fast_path(cx, src, embed_dim, num_heads, qkv_weigh
         return cx.b.add(x, feed_forward(norm(x, norm_weight_2, norm_bias_2)))
     x = norm(cx.b.add(x, attend(x)), norm_weight_1, norm_bias_1)
     return norm(cx.b.add(x, feed_forward(x)), norm_weight_2, norm_bias_2)
+
+
+# ----- losses ----------------------------------------------------------------------------------------
+def _pointwise_loss(cx, error, input, target, size_average, reduce, reduction) -> Value:
+    """mean/sum/none of error(input - target), in the result's dtype (f32 inside a CPU autocast region,
+    where torch runs losses in f32)."""
+    if size_average is not None or reduce is not None:
+        raise Unsupported("the deprecated size_average/reduce arguments (use reduction=)")
+    if reduction not in ("mean", "sum", "none"):
+        raise Unsupported(f"reduction={reduction!r}")
+    dtype = cx.out_dtype
+    input, target = cx.value(input, dtype), cx.value(target, dtype)
+    shape = np.broadcast_shapes(input.shape, target.shape)
+    per_element = error(cx.b.sub(cx.broadcast(input, shape), cx.broadcast(target, shape)))
+    if reduction == "none" or not shape:
+        return per_element
+    return cx.b.op(reduction, per_element, axes=tuple(range(len(shape))), keepdims=False)
+
+
+@converts(F.mse_loss)
+def mse_loss(cx, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    if weight is not None:
+        raise Unsupported("mse_loss with weight=")
+    return _pointwise_loss(cx, lambda d: cx.b.mul(d, d), input, target, size_average, reduce, reduction)
+
+
+@converts(F.l1_loss)
+def l1_loss(cx, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    if weight is not None:
+        raise Unsupported("l1_loss with weight=")
+    return _pointwise_loss(cx, cx.b.abs, input, target, size_average, reduce, reduction)
