@@ -61,12 +61,12 @@ class CNN(nn.Module):
     """conv -> batch norm (training mode: batch statistics, running statistics updated) -> relu -> max pool
     -> strided, grouped conv -> relu -> avg pool -> linear."""
 
-    def __init__(self):
+    def __init__(self, size=16):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
         self.bn = nn.BatchNorm2d(4)
         self.conv2 = nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)
-        self.fc = nn.Linear(6 * 2 * 2, 5)
+        self.fc = nn.Linear(6 * (size // 8) ** 2, 5)
 
     def forward(self, x):
         x = F.max_pool2d(F.relu(self.bn(self.conv1(x))), 2)
@@ -108,11 +108,12 @@ def assert_close(got, want, what, tolerance=1e-4):
     assert (got - want).abs().max().item() <= tolerance * scale, (what, (got - want).abs().max().item())
 
 
-def train_like_eager(name, options=None, steps=2):
+def train_like_eager(name, options=None, steps=2, tolerance=1e-4, shape=None):
     """`steps` SGD steps of the compiled model beside eager on a copy, with fallbacks as errors:
     outputs, gradients, updated weights and buffers (batch-norm statistics) must agree."""
-    cls, shape = MODELS[name]
-    model = cls().train()
+    cls, default_shape = MODELS[name]
+    shape = shape or default_shape
+    model = (cls(shape[-1]) if cls is CNN else cls()).train()
     reference = copy.deepcopy(model)
     step = torch.optim.SGD(model.parameters(), lr=0.1)
     reference_step = torch.optim.SGD(reference.parameters(), lr=0.1)
@@ -123,18 +124,18 @@ def train_like_eager(name, options=None, steps=2):
             x = torch.randn(shape)
             got, want = run_model(x), reference(x)
             assert got.requires_grad
-            assert_close(got, want, "output")
+            assert_close(got, want, "output", tolerance)
             (got * torch.linspace(-1, 1, got.numel()).view(got.shape)).sum().backward()
             (want * torch.linspace(-1, 1, want.numel()).view(want.shape)).sum().backward()
             for (path, p), q in zip(model.named_parameters(), reference.parameters()):
-                assert_close(p.grad, q.grad, f"gradient of {path}")
+                assert_close(p.grad, q.grad, f"gradient of {path}", tolerance)
             step.step(), reference_step.step()
             step.zero_grad(), reference_step.zero_grad()
     for (path, b), c in zip(model.named_buffers(), reference.buffers()):
         if b.dtype.is_floating_point:
-            assert_close(b, c, f"buffer {path}")
+            assert_close(b, c, f"buffer {path}", tolerance)
     for (path, p), q in zip(model.named_parameters(), reference.parameters()):
-        assert_close(p.detach(), q.detach(), f"updated {path}")
+        assert_close(p.detach(), q.detach(), f"updated {path}", tolerance)
 
 
 # ----- training ------------------------------------------------------------------------------------------
