@@ -198,7 +198,10 @@ class TritonRunner(Runner):
 
     def __init__(self, conversion, program, args, options) -> None:
         super().__init__(conversion, program, args, options)
-        devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+        # the tensors the graph reads: not the 0-d CPU tensors Dynamo passes for Python numbers, which the
+        # graph is specialised to (`scalar_positions`), even when the model is on a GPU
+        read = (*self._positions, *conversion.state_positions)
+        devices = {args[p].device for p in read if isinstance(args[p], torch.Tensor)}
         if len(devices) > 1:
             raise TilegraphError(f"the graph's tensors are on several devices ({', '.join(sorted(map(str, devices)))})")
         device = devices.pop() if devices else torch.device("cuda")
