@@ -64,7 +64,8 @@ def test_dynamic_shape_graphs_are_converted_per_call_shape(executed):
     compiled = torch.compile(model, backend="tilegraph", dynamic=True)
     for rows in (2, 7):
         x = torch.randn(rows, 8)
-        assert close(compiled(x), model(x))
+        with torch.no_grad():  # Dynamo's own graph (with grad mode on, AOTAutograd's: test_fx_training.py)
+            assert close(compiled(x), model(x))
     assert [g.inputs[0].type.shape for g in executed] == [(2, 8), (7, 8)]
 
 
@@ -89,7 +90,9 @@ def test_compiled_transformer_layer_gives_eager_results(executed, batch_first, n
         got = compiled(x)
         expected = layer(x)
     assert close(got, expected)
-    assert executed and any(n.op == "attention" for n in executed[-1].nodes)
+    assert executed
+    if no_grad:  # with grad mode on the graph goes through AOTAutograd, whose ATen forward spells attention out
+        assert any(n.op == "attention" for n in executed[-1].nodes)
 
 
 class TupleOut(nn.Module):

@@ -148,6 +148,23 @@ def test_training_gives_eager_gradients_on_the_cpp_path(name, compiled):
     assert {target for _, target in compiled} == {"cpp"}
 
 
+def test_training_with_dynamic_shapes_converts_per_call_shape(compiled):
+    model = MLP()
+    reference = copy.deepcopy(model)
+    run_model = torch.compile(model, backend="tilegraph", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        for rows in (2, 7):
+            x = torch.randn(rows, 8)
+            run_model(x).square().sum().backward()
+            reference(x).square().sum().backward()
+    for (path, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert_close(p.grad, q.grad, f"gradient of {path}")
+    # a forward and a backward graph per batch size, the batch's rows among the forward's inputs
+    shapes = [{v.type.shape for v in graph.inputs} for graph, _ in compiled]
+    assert len(shapes) == 4 and (2, 8) in shapes[0] and (7, 8) in shapes[2]
+
+
 def test_the_issue_reproducer_backward_works():
     mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     loss = torch.compile(mlp, backend="tilegraph")(torch.randn(4, 8)).sum()
