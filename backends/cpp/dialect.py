@@ -54,6 +54,45 @@ LOAD_MASKS = r"""inline void tg_load_masks(tg_vf* dst, const float* src, const u
 """
 
 
+# `lanes` vectors of the even elements of `src` (a row read with stride 2): two loads and one
+# permute per vector instead of a gather. Reads src[0, 32 * lanes - 1): never the last odd element.
+LOAD_EVEN = r"""inline void tg_load_even(tg_vf* dst, const float* src, int64_t lanes) {
+  for (int64_t q = 0; q < lanes; ++q) {
+#if defined(__AVX512F__)
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512 lo = _mm512_loadu_ps(src + q * 32), hi = _mm512_maskz_loadu_ps((__mmask16)0x7fff, src + q * 32 + 16);
+    dst[q] = (tg_vf)_mm512_permutex2var_ps(lo, even, hi);
+#else
+    float g[16];
+    for (int64_t i = 0; i < 16; ++i) g[i] = src[q * 32 + 2 * i];
+    std::memcpy(&dst[q], g, sizeof(g));
+#endif
+  }
+}
+"""
+
+# The same for lanes [lo, hi) only, the others `pad`; reads only the elements those lanes need.
+LOAD_EVEN_LANES = r"""inline void tg_load_even_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi, int64_t lanes,
+                               float pad) {
+  for (int64_t q = 0; q < lanes; ++q) {
+    const int64_t l = tg_lmax(lo - q * 16, 0), h = tg_lmin(hi - q * 16, 16);
+#if defined(__AVX512F__)
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const uint32_t elements = h > l ? ((h * 2 - 1 >= 32 ? 0xffffffffu : (1u << (h * 2 - 1)) - 1u) & ~((1u << (l * 2)) - 1u)) : 0u;
+    const __m512 a = _mm512_maskz_loadu_ps((__mmask16)(elements & 0xffffu), src + q * 32);
+    const __m512 b = _mm512_maskz_loadu_ps((__mmask16)(elements >> 16), src + q * 32 + 16);
+    const __mmask16 inside = h > l ? (__mmask16)(((1u << h) - 1u) & ~((1u << l) - 1u)) : (__mmask16)0;
+    dst[q] = (tg_vf)_mm512_mask_blend_ps(inside, _mm512_set1_ps(pad), _mm512_permutex2var_ps(a, even, b));
+#else
+    float g[16];
+    for (int64_t i = 0; i < 16; ++i) g[i] = (i >= l && i < h) ? src[q * 32 + 2 * i] : pad;
+    std::memcpy(&dst[q], g, sizeof(g));
+#endif
+  }
+}
+"""
+
+
 class Dialect:
     """Host C++17 with OpenMP."""
 
@@ -69,6 +108,7 @@ class Dialect:
         return (Helper("tg_half", "typedef _Float16 tg_half;\n"),
                 Helper("tg_vf", "typedef float tg_vf __attribute__((vector_size(64)));\n"),
                 Helper("tg_load_lanes", LOAD_LANES), Helper("tg_load_masks", LOAD_MASKS),
+                Helper("tg_load_even", LOAD_EVEN), Helper("tg_load_even_lanes", LOAD_EVEN_LANES),
                 Helper("tg_alloc", "inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"),
                 Helper("tg_free", "inline void tg_free(void* p) { std::free(p); }\n"))
 

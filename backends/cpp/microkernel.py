@@ -46,6 +46,12 @@ def _sum_of_products(expr) -> bool:
     return isinstance(expr, (Arg, Acc, Const))
 
 
+def _running_extreme(expr) -> bool:
+    """A body `max(acc, x)` or `min(acc, x)` of one operand (max pooling)."""
+    return isinstance(expr, Call) and expr.fn in ("max", "min") and len(expr.args) == 2 \
+        and any(isinstance(a, Acc) for a in expr.args) and any(isinstance(a, Arg) for a in expr.args)
+
+
 class RegisterBlocks(FlatRows):
     """Reduction nodes as register-blocked loop nests (mixed into KernelEmitter)."""
 
@@ -146,7 +152,8 @@ class RegisterBlocks(FlatRows):
             mr = min(self.micro.mr, self._span(ranges, u)) if u is not None else 1
         outer = [k for k in keep if k not in (u, v)]
         vector = self._vectorizable(i, v)
-        flat = self._flat_plan(i, ranges, keep, u, v, mr, inner) if vector and channels is None else None
+        flat = self._flat_plan(i, ranges, keep, u, v, mr, inner) \
+            if vector and channels is None and self._zero_padded(i) else None
         if flat is not None:  # rows folded with columns (flatrows.py)
             nr = flat.nr
             outer = [k for k in outer if k != flat.w]
@@ -225,15 +232,25 @@ class RegisterBlocks(FlatRows):
                     for r, (value, init) in enumerate(zip(node.results, space.init)):
                         start = init_literal(init, value.type.dtype)
                         code.line(f"acc{r}[uu][vv] = {start if first is None else f'({first}) ? {start} : {lvalues[r]}'};")
-            inner_depth = code.depth
-            for k in inner:
-                lo, hi = ranges[k]
-                code.line(f"for (int64_t i{k} = {lo}; i{k} < {hi}; ++i{k}) {{")
-                code.depth += 1
-            self._update(code, i, var, u, v, bu, bv, nr, accs)
-            while code.depth > inner_depth:
-                code.depth -= 1
-                code.line("}")
+            def steps(checked: bool) -> None:
+                inner_depth = code.depth
+                for k in inner:
+                    lo, hi = ranges[k]
+                    code.line(f"for (int64_t i{k} = {lo}; i{k} < {hi}; ++i{k}) {{")
+                    code.depth += 1
+                self._update(code, i, var, u, v, bu, bv, nr, accs, checked)
+                while code.depth > inner_depth:
+                    code.depth -= 1
+                    code.line("}")
+
+            inside = self._inside(i, ranges, inner, u, v, bu, bv) if flat is None else None
+            if inside is None:
+                steps(True)
+            else:  # blocks whose windows stay inside the tensor read it without checks
+                with code.block(f"if ({inside})"):
+                    steps(False)
+                with code.block("else"):
+                    steps(True)
             with code.block(f"for (int64_t uu = 0; uu < {bu}; ++uu)"):
                 with code.block(f"for (int64_t vv = 0; vv < {bv}; ++vv)"):
                     for r, value in enumerate(node.results):
@@ -262,20 +279,24 @@ class RegisterBlocks(FlatRows):
         return self._vector_nr(span, mr)
 
     def _vectorizable(self, i: int, v: int | None) -> bool:
-        """Whether the register block can use explicit vectors: an f32 sum-of-products body with
-        one result."""
+        """Whether the register block can use explicit vectors: an f32 body with one result, a
+        sum of products or a running max/min (pooling)."""
         width = self.dialect.vector_width
         node, space = self.domain.nodes[i], self.domain.spaces[i]
         if not width or v is None or len(node.results) != 1:
             return False
         if node.results[0].type.dtype is not DType.f32 or any(x.type.dtype is not DType.f32 for x in node.inputs):
             return False
-        return _sum_of_products(space.body[0])
+        return _sum_of_products(space.body[0]) or _running_extreme(space.body[0])
 
-    def _lane_span(self, buf, cmap: AffineMap, var: Var, v: int, limit: str) -> tuple[str] | None:
+    def _zero_padded(self, i: int) -> bool:
+        """Whether node i's padded reads (if any) read zeros: masked loads may then zero-fill."""
+        return all(m.pad in (None, 0.0) for m in self.domain.spaces[i].inputs)
+
+    def _lane_span(self, buf, cmap: AffineMap, var: Var, v: int, limit: str, stride: int = 1) -> tuple[str] | None:
         """C statements setting `lane_lo`, `lane_hi`: the lanes of a row along `v` (from `b{v}`,
         below `limit`) whose reads are inside the tensor. None when a padded axis does not move
-        by one element per lane (the row is gathered instead)."""
+        by `stride` elements per lane (the row is gathered instead)."""
         los, his, inside = [], [limit], []
         at_start = lambda k: f"b{k}" if k == v else var(k)  # noqa: E731
         for expr, size, below, above in buf.bounds(cmap, self.extents):
@@ -283,9 +304,12 @@ class RegisterBlocks(FlatRows):
             text = affine_text(dict(expr.terms), expr.const, at_start)
             if step == 0:
                 inside += [f"({text}) >= 0"] * below + [f"({text}) < {size}"] * above
-            elif step == 1:
+            elif step == 1 == stride:
                 los += [f"-({text})"] * below
                 his += [f"{size} - ({text})"] * above
+            elif step == stride > 1:  # lane l reads text + stride * l: ceilings of the bounds
+                los += [f"(-({text}) + {stride - 1}) / {stride}"] * below
+                his += [f"({size} - ({text}) + {stride - 1}) / {stride}"] * above
             else:
                 return None
         lo = "0"
@@ -328,72 +352,98 @@ class RegisterBlocks(FlatRows):
             code.line(f"for (int64_t vv = 0; vv < {nr}; ++vv) row[vv] = {init_text};")
             code.line(f"for (int64_t q = 0; q < {lanes}; ++q) std::memcpy(&vacc[uu][q], row + q * {width}, "
                       f"sizeof({vtype}));")
-        depth = code.depth
-        for k in inner:
-            lo, hi = ranges[k]
-            code.line(f"for (int64_t i{k} = {lo}; i{k} < {hi}; ++i{k}) {{")
-            code.depth += 1
-        at_lane = lambda k: f"(b{k} + q * {width})" if k == v else var(k)  # noqa: E731
-        names, per_row, per_lane = [], [], []
-        for n, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
-            cmap = self.domain.compose_map(i, amap)
-            buf = self.buffers[operand]
-            used = loops_read(buf, cmap)
-            if v in used and flat is not None:
-                table = flat.tables[n]
-                start = buf.lvalue(cmap, at_flat("bf"))
-                load = (f"{vtype} a{n}[{lanes}]; "
-                        f"tg_load_masks(a{n}, &{start}, &{table.name}[{table.index(nr, lanes)}], {lanes});")
-                names.append(f"a{n}[q]")
-                (per_row if u in used else per_lane).append(load)
-            elif v in used and isinstance(buf, PackedBuffer):  # whole zero-padded vectors (conv.py)
-                load = (f"{vtype} a{n}[{lanes}]; for (int64_t q = 0; q < {lanes}; ++q) " +
-                        (f"if (q * {width} < nv) " if masked else "") +
-                        f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));" +
-                        (f" else a{n}[q] = {vtype}{{}};" if masked else ""))
-                names.append(f"a{n}[q]")
-                (per_row if u in used else per_lane).append(load)
-            elif v in used:
-                direct = (f"for (int64_t q = 0; q < {lanes}; ++q) "
-                          f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));")
-                element = buf.element(cmap, var, self.extents)
-                if masked:
-                    element = f"(vv < nv ? {element} : 0.0f)"
-                gather = (f"{{ float g[{nr}]; for (int64_t vv = 0; vv < {nr}; ++vv) "
-                          f"g[vv] = {element}; std::memcpy(a{n}, g, sizeof(g)); }}")
-                checks = buf.checks(cmap, var, self.extents)
-                span = self._lane_span(buf, cmap, var, v, "nv" if masked else str(nr))
-                if not self._contiguous(operand, cmap, v) or (span is None and (masked or checks)):
-                    load = f"{vtype} a{n}[{lanes}]; {gather}"  # gather a row
-                elif not masked and checks is None:
-                    load = f"{vtype} a{n}[{lanes}]; {direct}"
-                else:  # padded or partial: the lanes inside, as masked vector loads
-                    start = buf.lvalue(cmap, lambda k: f"b{k}" if k == v else var(k))
-                    load = (f"{vtype} a{n}[{lanes}]; {{ {span[0]} "
-                            f"tg_load_lanes(a{n}, &{start}, lane_lo, lane_hi, {lanes}); }}")
-                names.append(f"a{n}[q]")
-                (per_row if u in used else per_lane).append(load)
-            else:
-                load = f"const float a{n} = {buf.element(cmap, var, self.extents)};"
-                names.append(f"a{n}")
-                if u in used:
-                    per_row.append(load)
+        def steps(checked: bool) -> None:
+            """The reduction loops over the block; reads of padded operands checked or not."""
+            depth = code.depth
+            for k in inner:
+                lo, hi = ranges[k]
+                code.line(f"for (int64_t i{k} = {lo}; i{k} < {hi}; ++i{k}) {{")
+                code.depth += 1
+            at_lane = lambda k: f"(b{k} + q * {width})" if k == v else var(k)  # noqa: E731
+            names, per_row, per_lane = [], [], []
+            for n, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
+                cmap = self.domain.compose_map(i, amap)
+                buf = self.buffers[operand]
+                used = loops_read(buf, cmap)
+                if v in used and flat is not None:
+                    table = flat.tables[n]
+                    start = buf.lvalue(cmap, at_flat("bf"))
+                    load = (f"{vtype} a{n}[{lanes}]; "
+                            f"tg_load_masks(a{n}, &{start}, &{table.name}[{table.index(nr, lanes)}], {lanes});")
+                    names.append(f"a{n}[q]")
+                    (per_row if u in used else per_lane).append(load)
+                elif v in used and isinstance(buf, PackedBuffer):  # whole zero-padded vectors (conv.py)
+                    load = (f"{vtype} a{n}[{lanes}]; for (int64_t q = 0; q < {lanes}; ++q) " +
+                            (f"if (q * {width} < nv) " if masked else "") +
+                            f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));" +
+                            (f" else a{n}[q] = {vtype}{{}};" if masked else ""))
+                    names.append(f"a{n}[q]")
+                    (per_row if u in used else per_lane).append(load)
+                elif v in used:
+                    direct = (f"for (int64_t q = 0; q < {lanes}; ++q) "
+                              f"std::memcpy(&a{n}[q], &{buf.lvalue(cmap, at_lane)}, sizeof({vtype}));")
+                    element = self._read(buf, cmap, var, checked)
+                    if masked:
+                        element = f"(vv < nv ? {element} : 0.0f)"
+                    gather = (f"{{ float g[{nr}]; for (int64_t vv = 0; vv < {nr}; ++vv) "
+                              f"g[vv] = {element}; std::memcpy(a{n}, g, sizeof(g)); }}")
+                    checks = buf.checks(cmap, var, self.extents) if checked else None
+                    span = self._lane_span(buf, cmap, var, v, "nv" if masked else str(nr))
+                    step = element_steps(buf, cmap).get(v, 0)
+                    even = self._lane_span(buf, cmap, var, v, "nv" if masked else str(nr), 2) if step == 2 else None
+                    if step == 2 and not masked and checks is None:  # even lanes of two vectors
+                        start = buf.lvalue(cmap, lambda k: f"b{k}" if k == v else var(k))
+                        load = f"{vtype} a{n}[{lanes}]; tg_load_even(a{n}, &{start}, {lanes});"
+                    elif even is not None:  # the same, lanes outside the tensor (or the block) padded
+                        start = buf.lvalue(cmap, lambda k: f"b{k}" if k == v else var(k))
+                        pad = init_literal(cmap.pad if checks else 0.0, DType.f32)
+                        load = (f"{vtype} a{n}[{lanes}]; {{ {even[0]} "
+                                f"tg_load_even_lanes(a{n}, &{start}, lane_lo, lane_hi, {lanes}, {pad}); }}")
+                    elif step != 1 or (span is None and (masked or checks)) or (checks and not zero):
+                        load = f"{vtype} a{n}[{lanes}]; {gather}"  # gather a row
+                    elif not masked and checks is None:
+                        load = f"{vtype} a{n}[{lanes}]; {direct}"
+                    else:  # padded or partial: the lanes inside, as masked vector loads
+                        start = buf.lvalue(cmap, lambda k: f"b{k}" if k == v else var(k))
+                        load = (f"{vtype} a{n}[{lanes}]; {{ {span[0]} "
+                                f"tg_load_lanes(a{n}, &{start}, lane_lo, lane_hi, {lanes}); }}")
+                    names.append(f"a{n}[q]")
+                    (per_row if u in used else per_lane).append(load)
                 else:
-                    code.line(load)
-        for line in per_lane:
-            code.line(line)
-        index = self._index_fn(i, var)
-        code.raw(self.dialect.unroll(mr))
-        with code.block(f"for (int64_t uu = 0; uu < {mr}; ++uu)"):
-            for line in per_row:
+                    text = self._read(buf, cmap, var, checked)
+                    load = f"const float a{n} = {text};"
+                    names.append(f"a{n}")
+                    if u in used:
+                        per_row.append(load)
+                    else:
+                        code.line(load)
+            for line in per_lane:
                 code.line(line)
-            code.raw(self.dialect.unroll(lanes))
-            with code.block(f"for (int64_t q = 0; q < {lanes}; ++q)"):
-                expr = scalar_expr(space.body[0], names, DType.f32, index, acc="vacc[uu][q]", op=node.op)
-                code.line(f"vacc[uu][q] = {expr};")
-        while code.depth > depth:
-            code.depth -= 1
-            code.line("}")
+            index = self._index_fn(i, var)
+            code.raw(self.dialect.unroll(mr))
+            with code.block(f"for (int64_t uu = 0; uu < {mr}; ++uu)"):
+                for line in per_row:
+                    code.line(line)
+                code.raw(self.dialect.unroll(lanes))
+                with code.block(f"for (int64_t q = 0; q < {lanes}; ++q)"):
+                    expr = scalar_expr(space.body[0], names, DType.f32, index, acc="vacc[uu][q]", op=node.op)
+                    code.line(f"vacc[uu][q] = {expr};")
+            while code.depth > depth:
+                code.depth -= 1
+                code.line("}")
+
+        # channel blocks broadcast scalars, each checked when padded: blocks inside go without
+        # (row blocks load padded rows as masked vectors, a row block is rarely inside)
+        zero = self._zero_padded(i)
+        inside = self._inside(i, ranges, inner, u, v, str(mr), "nv" if masked else str(nr)) \
+            if i in self.channel_plans or not zero else None
+        if inside is None:
+            steps(True)
+        else:  # blocks whose windows stay inside the tensor read it without checks
+            with code.block(f"if ({inside})"):
+                steps(False)
+            with code.block("else"):
+                steps(True)
         code.raw(self.dialect.unroll(mr))
         with code.block(f"for (int64_t uu = 0; uu < {mr}; ++uu)"):
             code.line(f"for (int64_t q = 0; q < {lanes}; ++q) std::memcpy(row + q * {width}, &vacc[uu][q], "
@@ -401,8 +451,48 @@ class RegisterBlocks(FlatRows):
             final = "row[vv]" if i in self.carried else store(value, "row[vv]")
             code.line(f"for (int64_t vv = 0; vv < {'nv' if masked else nr}; ++vv) {lvalue} = {final};")
 
+    def _read(self, buf, cmap: AffineMap, var: Var, checked: bool) -> str:
+        """The element `buf` holds at `cmap`: padded reads checked, or not (the caller knows
+        they are inside)."""
+        if checked or buf.checks(cmap, var, self.extents) is None:
+            return buf.element(cmap, var, self.extents)
+        return buf.lvalue(cmap, var)
+
+    def _inside(self, i: int, ranges: dict[int, tuple[str, str]], inner: list[int], u: int | None,
+                v: int | None, rows: str, cols: str) -> str | None:
+        """The C condition that every padded read of node i in the current block (`rows` along
+        `u` from `b{u}`, `cols` along `v` from `b{v}`, the reduction loops over their ranges)
+        is inside its tensor; None when no operand is padded."""
+        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        conditions: list[str] = []
+        for value, amap in zip(node.inputs, space.inputs):
+            cmap = self.domain.compose_map(i, amap)
+            for expr, size, below, above in self.buffers[value].bounds(cmap, self.extents):
+                if any(d in (u, v) and (rows if d == u else cols).isdigit()
+                       and int(rows if d == u else cols) >= self.extents[d] for d, _ in expr.terms):
+                    return None  # one block spans the padded axis: never inside
+                low, high = [str(expr.const)] if expr.const else [], [str(expr.const)] if expr.const else []
+                for d, c in expr.terms:
+                    if d in (u, v):
+                        size_text = rows if d == u else cols
+                        first = f"b{d}"
+                        last = f"(b{d} + {int(size_text) - 1})" if size_text.isdigit() else f"(b{d} + {size_text} - 1)"
+                    elif d in inner:
+                        lo, hi = ranges[d]
+                        first, last = lo, str(int(hi) - 1) if hi.isdigit() else f"({hi} - 1)"
+                    else:
+                        first = last = f"i{d}"
+                    for terms, at in ((low, first if c > 0 else last), (high, last if c > 0 else first)):
+                        if at != "0":
+                            terms.append(at if c == 1 else f"{c} * {at}")
+                if below:
+                    conditions.append(f"{' + '.join(low) or '0'} >= 0")
+                if above:
+                    conditions.append(f"{' + '.join(high) or '0'} < {size}")
+        return " && ".join(f"({c})" for c in conditions) if conditions else None
+
     def _update(self, code: Code, i: int, var: Var, u: int | None, v: int | None, bu: str, bv: str, nr: int,
-                accs: list[str]) -> None:
+                accs: list[str], checked: bool = True) -> None:
         """One step of the reduction loops over the register block, loads hoisted by what they vary
         with: operands fixed over the block once, those varying along `v` only into an NR-wide row
         (reused by all MR rows), those along `u` only once per row, the rest per element."""
@@ -413,7 +503,7 @@ class RegisterBlocks(FlatRows):
             cmap = self.domain.compose_map(i, amap)
             buf = self.buffers[value]
             used = loops_read(buf, cmap)
-            text = buf.element(cmap, var, self.extents)
+            text = self._read(buf, cmap, var, checked)
             ctype = compute_type(value.type.dtype, node.op)
             along_u, along_v = u in used, v in used
             if not along_u and not along_v:

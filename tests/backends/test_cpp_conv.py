@@ -106,6 +106,21 @@ def test_max_pool_after_a_strided_stem():
     check_backend(native_build, b.graph, CPU)
 
 
+@pytest.mark.parametrize("shape,kernel,stride,padding", [
+    ((1, 5, 23, 37), (3, 3), (2, 2), (1, 1)),  # stride 2: even lanes, padded borders
+    ((1, 3, 20, 70), (3, 3), (2, 2), (1, 1)),  # a row of 35: a full and a masked block
+    ((1, 4, 17, 19), (3, 3), (1, 1), (1, 1)),
+    ((1, 2, 15, 31), (2, 3), (3, 3), (1, 1)),
+])
+def test_max_pool_matches_the_reference(shape, kernel, stride, padding):
+    """Running-max register blocks: padded reads are -inf, never the zeros of a masked load."""
+    b = GraphBuilder("pool")
+    x = b.input("x", list(shape))
+    b.output(b.max_pool2d(b.sub(x, b.constant(5.0)), kernel=kernel, stride=stride, padding=padding))
+    assert "vacc" in check_backend(native_build, b.graph, CPU).source
+    check_backend(fast_build, b.graph, TINY)
+
+
 def test_weight_pack_layout():
     """O/16 I H W 16o: every weight where `index` says, zeros in the padded channels."""
     b = GraphBuilder("pack")
