@@ -189,3 +189,23 @@ def test_a_failed_conversion_inside_a_region_leaves_autocast_off():
         convert_graph_module(gm, wrong)
     assert not torch.is_autocast_enabled("cpu")
     assert convert_graph_module(gm, args).graph.outputs[0].dtype is DType.bf16  # and converting still works
+
+
+def test_a_mixed_precision_training_step_gives_eager_gradients(executed):
+    """The usual use of autocast: forward and loss under autocast, backward outside (AOTAutograd)."""
+    net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+
+    def loss_of(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.mse_loss(net(x), y)
+
+    x, y = torch.randn(3, 8), torch.randn(3, 4)
+    loss_of(x, y).backward()
+    want = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        loss = torch.compile(loss_of, backend="tilegraph")(x, y)
+        loss.backward()
+    assert loss.dtype is torch.float32 and len(executed) == 2, "forward and backward graphs both compiled"
+    assert_matches([p.grad for p in net.parameters()], want, torch.bfloat16)
