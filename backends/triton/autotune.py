@@ -1,20 +1,31 @@
-"""Launch configurations (warps, pipeline stages) per kernel, timed on the device when there is one.
+"""Launch configurations per kernel, timed on the device when there is one: warps and pipeline stages for
+every kernel, and for dot kernels (matmul, conv, attention) also block sizes BLOCK_M/N/K and GROUP_M
+(`variants.py`: candidate tilings from the tile model, each emitted as its own function).
 
-Without a CUDA device (tests run the Triton interpreter) every kernel gets `DEFAULT` and nothing is
-timed. With one, the first run of a program times each candidate of each kernel with
-`triton.testing.do_bench` on the real buffers and keeps the fastest; winners are cached per
-(kernel source, shapes) in a JSON file under the user cache directory, so later processes skip it.
+Without a CUDA device (tests run the Triton interpreter) every kernel gets `DEFAULT` and the Program's
+tiles, and nothing is timed. With one, the first run of a program times the candidates of each kernel
+with `triton.testing.do_bench` on the real buffers and keeps the fastest, within a time budget per
+program (`TILEGRAPH_TUNE_SECONDS`, default `TUNE_SECONDS`; it prints one line when it starts). Winners
+are cached per (kernel source, shapes, device) in a JSON file under the user cache directory, so later
+processes skip it; kernels the budget did not reach keep their defaults and are not cached.
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
+import keyword
 import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT = (4, 2)
 DOT_CANDIDATES = ((4, 3), (8, 3), (4, 4), (8, 4), (4, 2))
 CANDIDATES = ((4, 2), (8, 2), (2, 2), (16, 2), (4, 3))
+TUNE_SECONDS = 60.0  # one program's first-run tuning, at most (compiles included)
 
 
 def cache_dir() -> Path:
@@ -29,13 +40,62 @@ def candidates(uses_dot: bool) -> tuple[tuple[int, int], ...]:
     return DOT_CANDIDATES if uses_dot else CANDIDATES
 
 
+# string literals (kept), then names: not attributes (`tl.dot`), not keyword arguments (`mask=`)
+_WORD = re.compile(r"(\"[^\"\n]*\"|'[^'\n]*')|(?<![.\w])[A-Za-z_]\w*(?!\w|=(?!=))")
+_FIXED = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {"tl", "triton"}
+
+
+def canonical(kernel_text: str) -> str:
+    """The kernel's text with its own names (function, pointers, locals) renamed in order of first use:
+    kernels equal up to names (the layers of a transformer) get one key, so one tuning serves all."""
+    renamed: dict[str, str] = {}
+
+    def rename(match: re.Match) -> str:
+        word = match.group(0)
+        if match.group(1) or word in _FIXED:
+            return word
+        return renamed.setdefault(word, f"n{len(renamed)}")
+
+    return _WORD.sub(rename, kernel_text)
+
+
 def config_key(kernel_text: str, device_name: str) -> str:
-    """Kernel sources hold every shape as a constant, so the text identifies kernel and shapes."""
-    return hashlib.sha256(f"{device_name}\n{kernel_text}".encode()).hexdigest()[:24]
+    """Kernel sources hold every shape as a constant, so the text (up to names) identifies kernel and shapes."""
+    return hashlib.sha256(f"{device_name}\n{canonical(kernel_text)}".encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A kernel's launch: warps, stages, and the tiles of a block-size variant (None: the Program's)."""
+
+    warps: int
+    stages: int
+    tiles: tuple[tuple[str, int], ...] | None = None
+    group_m: int | None = None
+
+    @property
+    def config(self) -> tuple[int, int]:
+        return self.warps, self.stages
+
+    def to_json(self) -> dict:
+        out: dict = {"warps": self.warps, "stages": self.stages}
+        if self.tiles is not None:
+            out["tiles"] = [list(t) for t in self.tiles]
+            out["group_m"] = self.group_m
+        return out
+
+    @staticmethod
+    def from_json(found) -> Choice:
+        if isinstance(found, list):  # written before block sizes were tuned: [warps, stages]
+            return Choice(int(found[0]), int(found[1]))
+        tiles = found.get("tiles")
+        return Choice(int(found["warps"]), int(found["stages"]),
+                      None if tiles is None else tuple((str(n), int(s)) for n, s in tiles),
+                      None if found.get("group_m") is None else int(found["group_m"]))
 
 
 class ConfigCache:
-    """Winners on disk: one JSON object key -> [warps, stages]."""
+    """Winners on disk: one JSON object key -> Choice (as `Choice.to_json`)."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or cache_dir() / "triton" / "autotune.json"
@@ -44,12 +104,17 @@ class ConfigCache:
         except (OSError, ValueError):
             self.data = {}
 
-    def get(self, key: str) -> tuple[int, int] | None:
+    def get(self, key: str) -> Choice | None:
         found = self.data.get(key)
-        return (int(found[0]), int(found[1])) if found else None
+        try:
+            return Choice.from_json(found) if found else None
+        except (KeyError, TypeError, ValueError):  # an entry this version cannot read: tune again
+            return None
 
-    def put(self, key: str, config: tuple[int, int]) -> None:
-        self.data[key] = list(config)
+    def put(self, key: str, choice: Choice | tuple[int, int]) -> None:
+        if not isinstance(choice, Choice):
+            choice = Choice(*choice)
+        self.data[key] = choice.to_json()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
@@ -59,19 +124,57 @@ class ConfigCache:
             pass  # a read-only cache only costs re-tuning
 
 
-def tune(run, options: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], dict]:
-    """Time `run(warps, stages)` for each option on the current CUDA device; the fastest and all times (ms)."""
+@dataclass
+class Budget:
+    """The time one program may spend tuning on its first run; says so once when it starts."""
+
+    seconds: float
+    clock: object = time.perf_counter
+    started: float | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def from_env() -> Budget:
+        try:
+            seconds = float(os.environ.get("TILEGRAPH_TUNE_SECONDS", TUNE_SECONDS))
+        except ValueError:
+            seconds = TUNE_SECONDS
+        return Budget(max(seconds, 0.0))
+
+    def start(self, what: str) -> None:
+        if self.started is None:
+            self.started = self.clock()
+            print(f"tilegraph: tuning {what} for at most {self.seconds:g} s (TILEGRAPH_TUNE_SECONDS); "
+                  f"winners are cached in {cache_dir() / 'triton'}", file=sys.stderr, flush=True)
+
+    @property
+    def deadline(self) -> float:
+        return (self.started if self.started is not None else self.clock()) + self.seconds
+
+    def spent(self) -> bool:
+        return self.started is not None and self.clock() >= self.deadline
+
+
+def tune(run, options, deadline: float | None = None, clock=time.perf_counter):
+    """Time `run(*option)` for each option on the current CUDA device, until `deadline` (`clock()`'s
+    time; the first option is always timed). Returns the fastest, all times (ms), and whether every
+    option was tried."""
     from triton.testing import do_bench
 
     times = {}
-    for config in options:
+    complete = True
+    for n, option in enumerate(options):
+        if n and deadline is not None and clock() >= deadline:
+            complete = False
+            break
         try:
-            times[config] = do_bench(lambda: run(*config), warmup=5, rep=20)
+            times[option] = do_bench(lambda: run(*option), warmup=5, rep=20)
         except Exception:  # a config the device cannot run (too many registers, shared memory) is skipped
             continue
     if not times:
-        return DEFAULT, {}
-    return min(times, key=times.get), times
+        return options[0] if options else DEFAULT, {}, complete
+    return min(times, key=times.get), times, complete
 
 
-__all__ = ["DEFAULT", "cache_dir", "candidates", "config_key", "ConfigCache", "tune"]
+__all__ = ["DEFAULT", "TUNE_SECONDS", "cache_dir", "candidates", "canonical", "config_key", "Choice", "ConfigCache",
+           "Budget", "tune"]

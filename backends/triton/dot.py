@@ -44,6 +44,8 @@ class DotPlan:
 class DotMixin:
     """tl.dot code generation for KernelEmitter."""
 
+    group_m = GROUP_M  # row tiles per launch group of a tiled matmul (a block-size variant may change it)
+
     def dot_plan(self, i: int) -> DotPlan | None:
         """Whether node i's `acc + a * b` is one tl.dot (implicit GEMM) in this block, and its loop groups.
 
@@ -171,7 +173,7 @@ class DotMixin:
         if self.kernel.template is not None:
             return None
         tiled = [k for k, p in enumerate(self.loops) if p.kind == PARALLEL and p.count > 1]
-        if len(tiled) != 2 or self.loops[tiled[0]].count <= GROUP_M:
+        if len(tiled) != 2 or self.loops[tiled[0]].count <= self.group_m:
             return None
         for i in range(len(self.domain.nodes)):
             plan = self.dot_plan(i)

@@ -31,7 +31,7 @@ from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, 
 from tilegraph.ir.templates import lowering_for
 
 from .attention import AttentionMixin
-from .dot import GROUP_M, MIN_DOT, DotMixin, split_update
+from .dot import MIN_DOT, DotMixin, split_update
 from .names import NameTable, identifier, py_reserved
 from .options import TritonOptions
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
@@ -416,12 +416,12 @@ class KernelEmitter(DotMixin, AttentionMixin):
         grouped = self.grouped_tiles()
         if grouped is not None:
             m, n = grouped
-            cm, cn = self.loops[m].count, self.loops[n].count
+            cm, cn, g = self.loops[m].count, self.loops[n].count, self.group_m
             # programs walk GROUP_M row tiles at a time so the B tiles they share stay in L2
-            self.line(f"group = pid // {GROUP_M * cn}")
-            self.line(f"rows = tl.minimum({cm} - group * {GROUP_M}, {GROUP_M})")
-            self.line(f"base{m} = (group * {GROUP_M} + (pid % {GROUP_M * cn}) % rows) * {self.loops[m].tile}")
-            self.line(f"base{n} = ((pid % {GROUP_M * cn}) // rows) * {self.loops[n].tile}")
+            self.line(f"group = pid // {g * cn}")
+            self.line(f"rows = tl.minimum({cm} - group * {g}, {g})")
+            self.line(f"base{m} = (group * {g} + (pid % {g * cn}) % rows) * {self.loops[m].tile}")
+            self.line(f"base{n} = ((pid % {g * cn}) // rows) * {self.loops[n].tile}")
         for k in reversed(range(self.R)):
             plan = self.loops[k]
             if plan.kind == PARALLEL:

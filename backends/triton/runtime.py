@@ -134,16 +134,10 @@ class TritonProgram(CompiledProgram):
         return launcher(*inputs)
 
     def _tune(self, position, launch, source, device, cache) -> tuple[int, int]:
-        import torch
+        """(warps, stages) for kernel `position`, its block-size variant installed (`tuner.tune_kernel`)."""
+        from .tuner import tune_kernel
 
-        key = autotune.config_key(source.text, torch.cuda.get_device_name(device))
-        found = cache.get(key)
-        if found is not None:
-            return found
-        best, times = autotune.tune(launch, autotune.candidates(source.uses_dot))
-        self.timings[position] = times
-        cache.put(key, best)
-        return best
+        return tune_kernel(self, position, launch, source, device, cache)
 
     def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         device = self._device()

@@ -300,7 +300,7 @@ def test_config_cache_round_trips(tmp_path):
     key = autotune.config_key("kernel text", "H100")
     assert cache.get(key) is None and key != autotune.config_key("kernel text", "A100")
     cache.put(key, (8, 3))
-    assert autotune.ConfigCache(tmp_path / "a.json").get(key) == (8, 3)
+    assert autotune.ConfigCache(tmp_path / "a.json").get(key) == autotune.Choice(8, 3)
     assert autotune.candidates(True) != autotune.candidates(False)
 
 
@@ -309,8 +309,8 @@ def test_tune_picks_the_fastest_option(monkeypatch):
 
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep: fn())
     timings = {(4, 2): 3.0, (8, 2): 1.0, (2, 2): 2.0}
-    best, times = autotune.tune(lambda w, s: timings[(w, s)], tuple(timings))
-    assert best == (8, 2) and times == timings
+    best, times, complete = autotune.tune(lambda w, s: timings[(w, s)], tuple(timings))
+    assert best == (8, 2) and times == timings and complete
 
 
 # ----- models from the torch frontend ----------------------------------------------------------------

@@ -26,16 +26,17 @@ from triton_cases import CASES, EXAMPLES, check, check_random  # noqa: E402
 
 import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
-from tilegraph.backends.triton import autotune  # noqa: E402
+from tilegraph.backends.triton import autotune, tuner, variants  # noqa: E402
 from tilegraph.frontends.dsl import parse, parse_file  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _one_config(tmp_path_factory, monkeypatch):
-    """Each kernel is timed in one launch configuration only: five compiles per kernel would make the random
-    graphs slow, and the choice among configurations is tested on its own below."""
+    """Each kernel is timed in one launch configuration and its own tiles only: five compiles per kernel (and
+    block-size variants) would make the random graphs slow, and the choices are tested on their own below."""
     monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tilegraph-cache"))
     monkeypatch.setattr(autotune, "candidates", lambda uses_dot: (autotune.DEFAULT,))
+    monkeypatch.setattr(variants, "dot_variants", lambda *args, **kwargs: [])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -72,6 +73,32 @@ def test_first_run_tunes_every_kernel_and_keeps_cuda_tensors(tmp_path, monkeypat
     assert fn.tuned and fn.timings, "a CUDA run times the launch configurations"
     assert sorted(fn.timings) == [i for i, k in enumerate(fn.generated.kernels) if k is not None]
     for position, times in fn.timings.items():
-        assert fn.configs[position] == min(times, key=times.get), "the fastest configuration is kept"
+        config = times["config"]
+        assert fn.configs[position] == min(config, key=config.get), "the fastest configuration is kept"
     want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})[0]
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_block_size_variants_are_timed_installed_and_cached(tmp_path, monkeypatch):
+    """A 512^3 bf16 matmul: its variants are compiled and timed once, the fastest launched from then on
+    (checked against the reference), and a second build takes it from the cache without timing."""
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "candidates", lambda uses_dot: (autotune.DEFAULT,))
+    graph = parse("def f(a: bf16[512, 512], b: bf16[512, 512]) -> bf16[512, 512] { return a @ b }")
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs)[0]
+    fn = tilegraph.compile(graph, target="triton")
+    (out,) = fn.run_torch(*(torch.from_numpy(a).cuda() for a in inputs))
+    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
+    tiles = fn.timings[position]["tiles"]
+    assert len(tiles) >= 3, tiles
+    proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target)
+    best = min(tiles, key=tiles.get)
+    installed = getattr(fn.module(), fn.generated.kernels[position].function)
+    assert isinstance(installed, tuner.VariantLaunch) == (best != proposed[0].label())
+    np.testing.assert_allclose(fn.to_numpy(out, graph.outputs[0].type.dtype).astype(np.float32),
+                               want.astype(np.float32), rtol=3e-2, atol=3e-2 * float(np.abs(want).max()))
+    again = tilegraph.compile(graph, target="triton")
+    again.run_torch(*(torch.from_numpy(a).cuda() for a in inputs))
+    assert again.timings == {}, "the winner came from the cache"

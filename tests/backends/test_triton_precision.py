@@ -22,7 +22,8 @@ from tilegraph.passes import PassManager  # noqa: E402
 
 from triton_cases import CASES, TF32_TOLERANCE, check, precision_in_force  # noqa: E402
 
-MIXED = """def f(x: f32[2, 3, 11, 11], w: f32[16, 3, 3, 3], a: f32[40, 64], b: f32[64, 24]) -> (f32[2, 16, 9, 9], f32[40, 24]) {
+MIXED = """def f(x: f32[2, 3, 11, 11], w: f32[16, 3, 3, 3], a: f32[40, 64],
+             b: f32[64, 24]) -> (f32[2, 16, 9, 9], f32[40, 24]) {
     return relu(conv2d(x, w)), a @ b
 }"""
 

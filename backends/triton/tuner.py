@@ -1,0 +1,170 @@
+"""The first CUDA run's tuning of one kernel: block-size variants (dot kernels), then warps and stages.
+
+`TritonProgram._tune` hands each kernel here. Within the program's time budget (`autotune.Budget`,
+one line printed when it starts) a dot kernel's variants (`variants.dot_variants`) are emitted as
+functions of a module of their own and timed (3 stages; 4 warps, 8 for big blocks); the fastest is
+installed in place of the kernel's function in the generated module (the launch step looks the
+function up when it runs, so it launches the variant on its own grid), then warps and stages are
+timed for it. Winners are kept
+per program (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes,
+device); a cached variant is installed again without timing. Any failure leaves the kernel as generated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import autotune, variants
+from .options import TritonOptions
+
+VARIANT_STAGES = 3  # pipeline stages the variants are compared at (4 warps, 8 for 128x128 blocks and up)
+MIN_KERNEL_S = 3.0  # each kernel's share of the budget: the rest over the kernels left, at least this
+
+
+class VariantLaunch:
+    """Stands in for a kernel's @triton.jit function in the generated module: `fn[grid]` launches the
+    variant on the variant's own grid, whatever grid the step asks for."""
+
+    def __init__(self, fn, grid: int) -> None:
+        self.fn, self.grid = fn, grid
+
+    def __getitem__(self, grid):
+        return self.fn[(self.grid,)]
+
+
+@dataclass
+class TuningState:
+    """One program's tuning: its budget, winners by key, and the functions it replaced."""
+
+    budget: autotune.Budget
+    kernels: int
+    left: set[str] = field(default_factory=set)  # keys of the kernels not tuned yet
+    chosen: dict[str, autotune.Choice] = field(default_factory=dict)
+    originals: dict[str, object] = field(default_factory=dict)
+    modules: list = field(default_factory=list)
+
+
+def state_of(compiled) -> TuningState:
+    state = compiled.__dict__.get("_tuning")
+    if state is None:
+        keys = {autotune.canonical(source.text) for source in compiled.generated.kernels if source is not None}
+        state = compiled.__dict__["_tuning"] = TuningState(autotune.Budget.from_env(), len(keys), keys)
+    return state
+
+
+def options_of(text: str) -> TritonOptions:
+    """The precision a kernel was generated with, read back from its source (variants must keep it)."""
+    tf32 = 'input_precision="tf32"' in text
+    return TritonOptions(matmul_tf32=tf32, conv_tf32=tf32)
+
+
+def variant_functions(compiled, position: int, source, chosen: list[variants.Variant]):
+    """Load the variants of kernel `position` (after the generated module's text, for its helpers):
+    [(variant, jit function, grid)]."""
+    from .runtime import _interpreting, load_module
+
+    kernel = compiled.program.kernels[position]
+    options = options_of(source.text)
+    emitted = []
+    for n, variant in enumerate(chosen):
+        emitted.append((variant, variants.emit_variant(kernel, variant, f"{source.function}_v{n}", _interpreting(),
+                                                       compiled.generated.names, options)))
+    text = compiled.source + "\n\n" + "\n\n".join(s.text for _, s in emitted)
+    module = load_module(text)
+    return [(variant, getattr(module, s.function), s.grid) for variant, s in emitted]
+
+
+def install(compiled, state: TuningState, source, fn=None, grid: int | None = None) -> None:
+    """Launch `fn` on `grid` in place of the kernel's function (None: the generated function again).
+    Programs of one source share the loaded module, so the generated functions are kept in it."""
+    module = compiled.module()
+    originals = module.__dict__.setdefault("_tg_generated_functions", {})
+    if source.function not in originals:
+        originals[source.function] = getattr(module, source.function)
+    state.originals[source.function] = originals[source.function]
+    setattr(module, source.function, originals[source.function] if fn is None else VariantLaunch(fn, grid))
+
+
+def tune_kernel(compiled, position: int, launch, source, device, cache: autotune.ConfigCache) -> tuple[int, int]:
+    """The (warps, stages) to launch kernel `position` with, its block-size variant installed."""
+    import torch
+
+    state = state_of(compiled)
+    name = torch.cuda.get_device_name(device)
+    key = autotune.config_key(source.text, name)
+    found = state.chosen.get(key) or cache.get(key)
+    if found is not None:
+        state.left.discard(autotune.canonical(source.text))
+        if found.tiles is None or _install_choice(compiled, state, position, source, found):
+            state.chosen[key] = found
+            return found.config
+    budget = state.budget
+    budget.start(f"{state.kernels} distinct Triton kernels on {name}")
+    if budget.spent():
+        budget.skipped.append(source.function)
+        return compiled.configs[position]
+    now = budget.clock()
+    state.left.discard(autotune.canonical(source.text))
+    share = (budget.deadline - now) / (len(state.left) + 1)
+    deadline = min(budget.deadline, now + max(share, MIN_KERNEL_S))
+    times: dict = {}
+    chosen_variant = None
+    if source.uses_dot:
+        chosen_variant, times["tiles"] = _tune_tiles(compiled, state, position, launch, source, deadline, budget.clock)
+    best, config_times, complete = autotune.tune(launch, autotune.candidates(source.uses_dot), deadline=deadline,
+                                                 clock=budget.clock)
+    times["config"] = config_times
+    compiled.timings[position] = times
+    choice = autotune.Choice(*best) if chosen_variant is None else \
+        autotune.Choice(*best, tiles=chosen_variant.tiles, group_m=chosen_variant.group_m)
+    if complete:
+        cache.put(key, choice)
+        state.chosen[key] = choice
+    return best
+
+
+def _tune_tiles(compiled, state, position, launch, source, deadline, clock):
+    """Time the kernel's block-size variants; install the fastest. (variant or None, {label: ms})."""
+    from triton.testing import do_bench
+
+    kernel = compiled.program.kernels[position]
+    try:
+        proposed = variants.dot_variants(kernel, compiled.program.target, options=options_of(source.text))
+        if len(proposed) <= 1:
+            return None, {}
+        loaded = variant_functions(compiled, position, source, proposed)
+    except Exception:  # no variants for this kernel: the generated one stays
+        return None, {}
+    times = {}
+    for n, (variant, fn, grid) in enumerate(loaded):
+        if n and clock() >= deadline:
+            break
+        shape = variants.dot_shape(kernel.with_tiles(variant.tiles))
+        warps = 8 if shape is not None and max(m * n_ for m, n_, _ in shape.dots) >= 128 * 128 else 4
+        try:
+            install(compiled, state, source, None if n == 0 else fn, grid)
+            times[variant.label()] = do_bench(lambda: launch(warps, VARIANT_STAGES), warmup=5, rep=20)
+        except Exception:  # a tiling this device cannot run
+            continue
+    if not times:
+        install(compiled, state, source)
+        return None, {}
+    best = min(times, key=times.get)
+    n = next(n for n, (v, _, _) in enumerate(loaded) if v.label() == best)
+    variant, fn, grid = loaded[n]
+    install(compiled, state, source, None if n == 0 else fn, grid)
+    return (None if n == 0 else variant), times
+
+
+def _install_choice(compiled, state, position, source, choice: autotune.Choice) -> bool:
+    """Install a cached variant; False (and the generated function kept) if it cannot be emitted now."""
+    try:
+        variant = variants.Variant(choice.tiles, choice.group_m or variants.GROUP_M)
+        ((_, fn, grid),) = variant_functions(compiled, position, source, [variant])
+        install(compiled, state, source, fn, grid)
+        return True
+    except Exception:
+        install(compiled, state, source)
+        return False
+
+
+__all__ = ["tune_kernel", "VariantLaunch", "TuningState", "variant_functions", "install", "options_of"]

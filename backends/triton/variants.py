@@ -1,0 +1,160 @@
+"""Block-size variants of dot kernels (matmul, conv, attention) for the autotuner.
+
+The tiling pass picks one tiling per kernel for on-chip data; the best BLOCK_M/N/K on a GPU also
+depends on wave quantization, registers and the pipeline. `dot_variants` proposes other tilings of
+the loops a kernel's `tl.dot`s run over: per loop the tile model's grid (`tile_model.candidates`,
+thinned by `tile_model.thin`), kept where every dot still gets at least 16 lanes per side, at most 256
+rows/columns and 128 of K, an accumulator that fits the registers and operand blocks whose pipeline
+stages fit shared memory; ranked by the tile model's off-chip traffic, with tilings that leave SMs idle
+last. `emit_variant` emits one as its own function (`Kernel.with_tiles`; GROUP_M, the row tiles per
+launch group of a tiled matmul, as given). The Program's own tiling is always variant 0.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilegraph.ir import TilegraphError
+from tilegraph.ir.graph import Value
+from tilegraph.ir.program import Kernel
+from tilegraph.ir.structured import PARALLEL, REDUCTION
+from tilegraph.ir.target import Target, load_target
+from tilegraph.ir.tile_model import candidates, evaluate, thin
+
+from .dot import GROUP_M, MIN_DOT
+from .kernel import KernelEmitter, KernelSource
+from .options import TritonOptions
+
+MAX_MN = 256  # rows / columns of one tl.dot block
+MAX_K = 128
+MAX_ACC = 128 * 256  # f32 accumulator elements of one program (8 warps: 128 registers a thread)
+STAGES = 3  # pipeline stages the shared-memory check allows for
+GRID_LIMIT = 512  # tilings tried per kernel before the model ranks them
+GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling of a grouped matmul
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One tiling of a kernel's loops (loop name -> tile) and its GROUP_M."""
+
+    tiles: tuple[tuple[str, int], ...]
+    group_m: int = GROUP_M
+
+    def label(self) -> str:
+        return " ".join(f"{name}={size}" for name, size in self.tiles) + f" group {self.group_m}"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a tiling gives each tl.dot of the kernel: block rows, columns and K (after K chunking)."""
+
+    dots: tuple[tuple[int, int, int], ...]
+    itemsize: int
+    programs: int
+    grouped: bool
+
+
+def _emitter(kernel: Kernel, options: TritonOptions) -> KernelEmitter:
+    return KernelEmitter(kernel, kernel.domain, "kernel_variant", options=options)
+
+
+def dot_shape(kernel: Kernel, options: TritonOptions | None = None) -> Shape | None:
+    """The tl.dot blocks of `kernel` as tiled (None: it has no tl.dot)."""
+    emitter = _emitter(kernel, options or TritonOptions())
+    dots, sizes = [], []
+    for i in range(len(kernel.domain.nodes)):
+        plan = emitter.dot_plan(i)
+        if plan is None:
+            continue
+        dots.append(tuple(emitter.numel(group) for group in (plan.ms, plan.ns, plan.ks)))
+        sizes.append(kernel.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize)
+    if not dots:
+        return None
+    itemsize = max(sizes)
+    programs = math.prod(p.count for p in emitter.loops if p.kind == PARALLEL)
+    return Shape(tuple(dots), itemsize, programs, emitter.grouped_tiles() is not None)
+
+
+def fits(shape: Shape, target: Target) -> bool:
+    """Every dot at least MIN_DOT per side and within the block limits; accumulator and staged operands fit."""
+    smem = target.shared_memory_per_block or 232448
+    for m, n, k in shape.dots:
+        if min(m, n, k) < MIN_DOT or m > MAX_MN or n > MAX_MN or k > MAX_K or m * n > MAX_ACC:
+            return False
+        if (m * k + k * n) * shape.itemsize * STAGES > smem:
+            return False
+    return True
+
+
+def dot_loops(kernel: Kernel, options: TritonOptions | None = None) -> tuple[int, ...]:
+    """Kernel loops some tl.dot runs over (its M, N or K groups), in kernel order."""
+    emitter = _emitter(kernel, options or TritonOptions())
+    loops: set[int] = set()
+    for i in range(len(kernel.domain.nodes)):
+        plan = emitter.dot_plan(i)
+        if plan is not None:
+            loops |= set(plan.ms) | set(plan.ns) | set(plan.ks)
+    return tuple(sorted(loops))
+
+
+def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
+                 options: TritonOptions | None = None) -> list[Variant]:
+    """The Program's tiling, then up to `limit - 1` other tilings of the dot loops that `fits` allows,
+    best first by the tile model (off-chip traffic; fewer programs than SMs ranked last), then GROUP_M
+    choices on the best tiling of a grouped matmul. Empty for a kernel without tl.dot."""
+    options = options or TritonOptions()
+    target = target if target is not None and target.kind == "gpu" else load_target("gpu-h100")
+    domain = kernel.domain
+    own = dict(kernel.tiles)
+    base = tuple((loop.name, min(own.get(loop.name, loop.extent), loop.extent)) for loop in domain.loops)
+    first = Variant(base)
+    loops = dot_loops(kernel, options)
+    if not loops:
+        return []
+    grids = [[t for t in candidates(domain.loops[k].extent, domain.loops[k].kind)
+              if t <= (MAX_K if domain.loops[k].kind == REDUCTION else MAX_MN)] for k in loops]
+    grids = thin(grids, GRID_LIMIT)
+    seen = {dot_shape(kernel, options)}
+    kept: list[tuple[Variant, Shape]] = []
+    for sizes in itertools.product(*grids):
+        tiles = dict(base)
+        tiles.update({domain.loops[k].name: int(t) for k, t in zip(loops, sizes)})
+        variant = Variant(tuple((loop.name, tiles[loop.name]) for loop in domain.loops))
+        if variant.tiles == first.tiles:
+            continue
+        shape = dot_shape(kernel.with_tiles(variant.tiles), options)
+        if shape is None or shape in seen or not fits(shape, target):
+            continue
+        seen.add(shape)
+        kept.append((variant, shape))
+    if kept:
+        array = np.array([[size for _, size in v.tiles] for v, _ in kept], dtype=np.float64)
+        costs = evaluate(domain, target, array)
+        units = target.parallel_units or 132
+        order = sorted(range(len(kept)), key=lambda j: (kept[j][1].programs < units, float(costs.traffic[j]),
+                                                        kept[j][0].tiles))
+        kept = [kept[j] for j in order]
+    out = [first] + [v for v, _ in kept[:max(limit - 1, 0)]]
+    best = out[1] if len(out) > 1 else first
+    shape = dot_shape(kernel.with_tiles(best.tiles), options)
+    if shape is not None and shape.grouped:
+        out += [Variant(best.tiles, g) for g in GROUP_CHOICES]
+    return out
+
+
+def emit_variant(kernel: Kernel, variant: Variant, function: str, interpreter: bool = False,
+                 names: dict[Value, str] | None = None, options: TritonOptions | None = None) -> KernelSource:
+    """`kernel` with the variant's tiles and GROUP_M, as function `function`."""
+    tiled = kernel.with_tiles(variant.tiles)
+    emitter = KernelEmitter(tiled, tiled.domain, function, interpreter, names, options)
+    emitter.group_m = variant.group_m
+    source = emitter.emit()
+    if not source.uses_dot:
+        raise TilegraphError(f"kernel {kernel.name}: variant {variant.label()} has no tl.dot")
+    return source
+
+
+__all__ = ["Variant", "Shape", "dot_shape", "dot_loops", "dot_variants", "emit_variant", "fits"]

@@ -1,0 +1,290 @@
+"""Block-size autotuning of the Triton backend on the CPU: candidate tilings and their pruning, variant
+code checked numerically in the Triton interpreter, the on-disk cache, and the tuning flow with the
+device's timer replaced by a table (nothing is timed without CUDA: `test_triton_gpu.py` times for real)."""
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import itertools  # noqa: E402
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+import tilegraph  # noqa: E402
+from tilegraph.backends import reference  # noqa: E402
+from tilegraph.backends.triton import autotune, tuner, variants  # noqa: E402
+from tilegraph.backends.triton.dot import MIN_DOT  # noqa: E402
+from tilegraph.frontends.dsl import parse  # noqa: E402
+from tilegraph.ir.target import load_target  # noqa: E402
+from tilegraph.passes import PassManager  # noqa: E402
+
+from triton_cases import CASES, assert_same, precision_in_force  # noqa: E402
+
+H100 = load_target("gpu-h100")
+BIG_MATMUL = "def f(a: f16[4096, 4096], c: f16[4096, 4096]) -> f16[4096, 4096] { return a @ c }"
+BIG_CONV = """def f(x: f32[32, 64, 56, 56], w: f32[64, 64, 3, 3]) -> f32[32, 64, 56, 56] {
+    return relu(conv2d(x, w, padding=[1, 1]))
+}"""
+BIG_ATTENTION = """def f(q: f16[4, 16, 2048, 64], k: f16[4, 16, 2048, 64],
+                     v: f16[4, 16, 2048, 64]) -> f16[4, 16, 2048, 64] {
+    return attention(q, k, v)
+}"""
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path / "tilegraph-cache"))
+
+
+def scheduled(source: str):
+    return PassManager("canonicalize,fuse,tile{target=gpu-h100}").run(parse(source))
+
+
+def dot_kernel(source: str):
+    (kernel,) = [k for k in scheduled(source).kernels if variants.dot_loops(k)]
+    return kernel
+
+
+# ----- candidates and pruning ------------------------------------------------------------------------------
+@pytest.mark.parametrize("source", [BIG_MATMUL, BIG_CONV, BIG_ATTENTION])
+def test_variants_start_with_the_programs_tiles_and_all_fit(source):
+    kernel = dot_kernel(source)
+    found = variants.dot_variants(kernel, H100)
+    assert found[0].tiles == tuple((loop.name, min(dict(kernel.tiles).get(loop.name, loop.extent), loop.extent))
+                                   for loop in kernel.domain.loops)
+    assert len(found) > 2
+    shapes = [variants.dot_shape(kernel.with_tiles(v.tiles)) for v in found]
+    for variant, shape in zip(found[1:], shapes[1:]):
+        assert variants.fits(shape, H100), variant.label()
+        for m, n, k in shape.dots:
+            assert MIN_DOT <= min(m, n, k) and max(m, n) <= variants.MAX_MN and k <= variants.MAX_K
+            assert (m * k + k * n) * shape.itemsize * variants.STAGES <= H100.shared_memory_per_block
+    tilings = [(v.tiles, v.group_m) for v in found]
+    assert len(set(tilings)) == len(tilings), "each variant once"
+    assert found == variants.dot_variants(kernel, H100), "deterministic"
+    # only the loops a tl.dot runs over change
+    dot = {kernel.domain.loops[k].name for k in variants.dot_loops(kernel)}
+    for variant in found:
+        assert {n for (n, t), (_, t0) in zip(variant.tiles, found[0].tiles) if t != t0} <= dot
+
+
+def test_grouped_matmuls_also_try_other_group_sizes():
+    found = variants.dot_variants(dot_kernel(BIG_MATMUL), H100)
+    groups = {v.group_m for v in found}
+    assert groups == {variants.GROUP_M, *variants.GROUP_CHOICES}
+    assert {v.tiles for v in found if v.group_m != variants.GROUP_M} == {found[1].tiles}
+
+
+def test_attention_tries_wider_key_value_tiles():
+    kernel = dot_kernel(BIG_ATTENTION)
+    found = variants.dot_variants(kernel, H100)
+    own = variants.dot_shape(kernel).dots[0][1]
+    assert any(variants.dot_shape(kernel.with_tiles(v.tiles)).dots[0][1] > own for v in found[1:])
+
+
+def test_kernels_without_dots_have_no_variants():
+    program = scheduled(CASES["softmax"])
+    assert all(variants.dot_variants(k, H100) == [] for k in program.kernels)
+
+
+def test_pruning_rejects_what_does_not_fit():
+    assert not variants.fits(variants.Shape(((8, 64, 64),), 2, 100, False), H100)  # under the MMA shape
+    assert not variants.fits(variants.Shape(((512, 64, 64),), 2, 100, False), H100)  # too many rows
+    assert not variants.fits(variants.Shape(((256, 256, 64),), 2, 100, False), H100)  # accumulator
+    assert not variants.fits(variants.Shape(((256, 128, 128),), 4, 100, False), H100)  # shared memory
+    assert variants.fits(variants.Shape(((128, 128, 64),), 2, 100, False), H100)
+
+
+@given(m=st.integers(17, 700), n=st.integers(17, 700), k=st.integers(17, 700))
+@settings(max_examples=25, deadline=None)
+def test_any_matmul_shape_gets_fitting_variants(m, n, k):
+    kernel = dot_kernel(f"def f(a: bf16[{m}, {k}], b: bf16[{k}, {n}]) -> bf16[{m}, {n}] {{ return a @ b }}")
+    for variant in variants.dot_variants(kernel, H100)[1:]:
+        assert variants.fits(variants.dot_shape(kernel.with_tiles(variant.tiles)), H100)
+        for (name, size), loop in zip(variant.tiles, kernel.domain.loops):
+            assert 1 <= size <= loop.extent
+
+
+# ----- variant code in the interpreter ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["matmul_epilogue", "batch_matmul", "conv_relu", "attention", "matmul_f16"])
+def test_every_variant_computes_the_same_result(name):
+    graph = parse(CASES[name])
+    fn = tilegraph.compile(graph, target="triton")
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
+    state = tuner.state_of(fn)
+    tried = 0
+    for position, source in enumerate(fn.generated.kernels):
+        if source is None or not source.uses_dot:
+            continue
+        proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target)
+        for variant, function, grid in tuner.variant_functions(fn, position, source, proposed):
+            tuner.install(fn, state, source, function, grid)
+            assert_same(fn(*inputs), want, [v.type for v in graph.outputs], precision_in_force(fn))
+            tried += 1
+        tuner.install(fn, state, source)
+    assert tried >= 2, "some kernel has variants"
+
+
+def test_a_variant_launch_replaces_the_function_and_its_grid():
+    graph = parse(CASES["matmul_epilogue"])
+    fn = tilegraph.compile(graph, target="triton")
+    source = fn.generated.kernels[0]
+    proposed = variants.dot_variants(fn.program.kernels[0], fn.program.target)
+    (_, function, grid), = tuner.variant_functions(fn, 0, source, proposed[1:2])
+    state = tuner.state_of(fn)
+    tuner.install(fn, state, source, function, grid)
+    installed = getattr(fn.module(), source.function)
+    assert isinstance(installed, tuner.VariantLaunch) and installed.grid == grid
+    tuner.install(fn, state, source)
+    assert getattr(fn.module(), source.function) is state.originals[source.function]
+
+
+# ----- keys and the cache ---------------------------------------------------------------------------------
+def test_kernels_equal_up_to_names_share_a_key():
+    two = parse("""def f(x: f32[64, 64], w1: f32[64, 64], w2: f32[64, 64]) -> f32[64, 64] {
+        return relu(relu(x @ w1) @ w2)
+    }""")
+    fn = tilegraph.compile(two, target="triton")
+    texts = [s.text for s in fn.generated.kernels if s is not None]
+    assert len(texts) == 2 and texts[0] != texts[1]
+    assert autotune.config_key(texts[0], "H100") == autotune.config_key(texts[1], "H100")
+    assert autotune.config_key(texts[0], "H100") != autotune.config_key(texts[0], "H200")
+    assert autotune.config_key(texts[0], "H100") != autotune.config_key(texts[0].replace('"ieee"', '"tf32"'), "H100")
+    assert autotune.config_key(texts[0], "H100") != autotune.config_key(texts[0].replace("64", "65"), "H100")
+
+
+def test_canonical_keeps_attributes_keywords_and_strings():
+    text = ('def kernel_a(x_ptr):\n    y = tl.load(x_ptr, mask=m, other=0.0)\n'
+            '    z = tl.dot(y, y, input_precision="tf32")\n')
+    out = autotune.canonical(text)
+    assert "tl.load" in out and "mask=" in out and 'input_precision="tf32"' in out
+    assert "kernel_a" not in out and "x_ptr" not in out
+    assert autotune.canonical(text.replace("x_ptr", "q_ptr").replace("kernel_a", "kernel_b")) == out
+
+
+def test_cache_keeps_tiles_and_reads_old_entries(tmp_path):
+    path = tmp_path / "autotune.json"
+    cache = autotune.ConfigCache(path)
+    choice = autotune.Choice(8, 3, (("d0", 128), ("d1", 64), ("d2", 32)), 4)
+    cache.put("new", choice)
+    cache.put("plain", (4, 2))
+    data = json.loads(path.read_text())
+    data["old"] = [8, 4]
+    data["broken"] = {"warps": "x"}
+    path.write_text(json.dumps(data))
+    again = autotune.ConfigCache(path)
+    assert again.get("new") == choice and again.get("plain") == autotune.Choice(4, 2)
+    assert again.get("old") == autotune.Choice(8, 4) and again.get("broken") is None and again.get("none") is None
+
+
+def test_tune_stops_at_its_deadline(monkeypatch):
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep: fn())
+    clock = itertools.count()
+    best, times, complete = autotune.tune(lambda w, s: float(w), ((4, 2), (2, 2), (8, 2)), deadline=0.5,
+                                          clock=lambda: next(clock))
+    assert not complete and set(times) == {(4, 2), (2, 2)} and best == (2, 2)
+
+
+# ----- the tuning flow, with a table for a timer --------------------------------------------------------------
+class FakeDevice:
+    """do_bench as a table: a variant's time is its index in the proposed list (so `fastest` wins), a
+    config's is warps + stages; counts the calls."""
+
+    def __init__(self, fn, fastest: int) -> None:
+        self.fn, self.fastest, self.calls = fn, fastest, 0
+
+    def do_bench(self, run, warmup, rep):
+        self.calls += 1
+        run()
+        source = next(s for s in self.fn.generated.kernels if s is not None and s.uses_dot)
+        installed = getattr(self.fn.module(), source.function)
+        if isinstance(installed, tuner.VariantLaunch):
+            name = getattr(installed.fn, "__name__", None) or installed.fn.fn.__name__
+            index = int(name.rsplit("_v", 1)[1])
+            return 0.5 if index == self.fastest else 1.0 + index
+        return 1.0 if self.fastest == 0 else 10.0
+
+
+def _tune_once(fn, monkeypatch, fastest: int) -> FakeDevice:
+    fake = FakeDevice(fn, fastest)
+    monkeypatch.setattr(triton.testing, "do_bench", fake.do_bench)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake H100")
+    launcher = fn.launcher()
+    graph = fn.program.graph
+    inputs = launcher.check([torch.from_numpy(a) for a in reference.random_inputs(graph)])
+    launcher.tune(inputs)
+    return fake
+
+
+def test_first_run_installs_the_fastest_variant_and_caches_it(monkeypatch, capsys):
+    graph = parse(CASES["matmul_epilogue"])
+    fn = tilegraph.compile(graph, target="triton")
+    fake = _tune_once(fn, monkeypatch, fastest=2)
+    assert "tilegraph: tuning 1 distinct Triton kernels on Fake H100 for at most" in capsys.readouterr().err
+    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
+    times = fn.timings[position]
+    proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target)
+    assert min(times["tiles"], key=times["tiles"].get) == proposed[2].label()
+    assert fn.configs[position] == min(times["config"], key=times["config"].get)
+    entry = autotune.ConfigCache().get(autotune.config_key(fn.generated.kernels[position].text, "Fake H100"))
+    assert entry.tiles == proposed[2].tiles and entry.config == fn.configs[position]
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
+    assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
+    assert fake.calls == len(times["tiles"]) + len(times["config"])
+    # a second process (a new build) finds the winner on disk: installed without timing
+    again = tilegraph.compile(graph, target="triton")
+    second = _tune_once(again, monkeypatch, fastest=2)
+    assert second.calls == 0 and again.configs[position] == fn.configs[position]
+    installed = getattr(again.module(), again.generated.kernels[position].function)
+    assert isinstance(installed, tuner.VariantLaunch)
+    assert_same(again(*inputs), want, [v.type for v in graph.outputs])
+
+
+def test_the_programs_own_tiles_can_win(monkeypatch):
+    fn = tilegraph.compile(parse(CASES["matmul_epilogue"]), target="triton")
+    _tune_once(fn, monkeypatch, fastest=0)
+    source = next(s for s in fn.generated.kernels if s is not None)
+    assert not isinstance(getattr(fn.module(), source.function), tuner.VariantLaunch)
+    entry = autotune.ConfigCache().get(autotune.config_key(source.text, "Fake H100"))
+    assert entry.tiles is None
+
+
+def test_a_spent_budget_leaves_kernels_as_generated_and_uncached(monkeypatch):
+    monkeypatch.setenv("TILEGRAPH_TUNE_SECONDS", "0")
+    fn = tilegraph.compile(parse(CASES["matmul_epilogue"]), target="triton")
+    fake = _tune_once(fn, monkeypatch, fastest=2)
+    assert fake.calls == 0 and fn.timings == {}
+    assert all(c == autotune.DEFAULT for c in fn.configs)
+    assert tuner.state_of(fn).budget.skipped
+    assert autotune.ConfigCache().data == {}
+
+
+def test_variants_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
+    """The variants are real sm_90 code whose shared memory fits (a few of a conv's and attention's)."""
+    from tilegraph.backends.triton import hopper
+    from tilegraph.backends.triton.module import GeneratedModule
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    for source in (BIG_CONV.replace("f32", "bf16"), BIG_ATTENTION):
+        fn = tilegraph.compile(parse(source), target="triton")
+        generated = fn.generated
+        (position,) = [i for i, s in enumerate(generated.kernels) if s is not None and s.uses_dot]
+        kernel, function = fn.program.kernels[position], generated.kernels[position].function
+        proposed = variants.dot_variants(kernel, fn.program.target)[:3]
+        emitted = [variants.emit_variant(kernel, v, f"{function}_v{n}", False, generated.names)
+                   for n, v in enumerate(proposed)]
+        module = GeneratedModule(generated.text + "\n\n" + "\n\n".join(e.text for e in emitted), generated.names,
+                                 emitted, generated.arena, generated.steps)
+        records = hopper.compile_kernels_isolated(module, arch=90, configs=[(4, 3)] * len(emitted))
+        assert len(records) == len(proposed)
+        for record in records:
+            assert 0 < record.ptx_lines and record.shared_bytes <= H100.shared_memory_per_block
