@@ -104,9 +104,12 @@ class DotMixin:
         size = {d: self.loops[d].block for d in range(self.R)}
         name = self.fresh(f"{self.tensor(value)}_op")
         loops = frozenset(d for e in amap.exprs for d, _ in e.terms)
-        if plan.simple and value not in self.env and amap.pad in (None, 0.0) and loops == {rows[0], cols[0]}:
+        scalars = loops - {rows[0], cols[0]}  # loops of one lane here (an implicit-GEMM conv's n, oh, kh, kw)
+        if plan.simple and value not in self.env and amap.pad in (None, 0.0) and {rows[0], cols[0]} <= loops \
+                and all(self.loops[d].block == 1 for d in scalars):
             # a straight 2-D load feeding the dot (what the software pipeliner looks for)
             names = {rows[0]: f"iv{rows[0]}[:, None]", cols[0]: f"iv{cols[0]}[None, :]"}
+            names.update({d: f"iv{d}[:, None]" for d in scalars})
             masks = [f"mv{k}{names[k][len(f'iv{k}'):]}" for k in sorted(loops) if self.masks.get(k)]
             masks += self.pad_masks(value, amap, names)
             address = f"{self.pointer[value]} + {self.offsets(value, amap, names)}"

@@ -6,7 +6,8 @@ the loops a kernel's `tl.dot`s run over: per loop the tile model's grid (`tile_m
 thinned by `tile_model.thin`), kept where every dot still gets at least 16 lanes per side, at most 256
 rows/columns and 128 of K, an accumulator that fits the registers and operand blocks whose pipeline
 stages fit shared memory; ranked by the tile model's off-chip traffic, with tilings that leave SMs idle
-last. `emit_variant` emits one as its own function (`Kernel.with_tiles`; GROUP_M, the row tiles per
+last, and half the picks kept for "straight" tilings (one loop per dot side, so operands load as plain
+2-D blocks: for a convolution, n, oh, kh and kw walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function (`Kernel.with_tiles`; GROUP_M, the row tiles per
 launch group of a tiled matmul, as given). The Program's own tiling is always variant 0.
 """
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Shape:
     itemsize: int
     programs: int
     grouped: bool
+    straight: bool = False  # every dot is one loop per side: operands load as plain 2-D blocks (pipelined)
 
 
 def _emitter(kernel: Kernel, options: TritonOptions) -> KernelEmitter:
@@ -64,18 +66,19 @@ def _emitter(kernel: Kernel, options: TritonOptions) -> KernelEmitter:
 def dot_shape(kernel: Kernel, options: TritonOptions | None = None) -> Shape | None:
     """The tl.dot blocks of `kernel` as tiled (None: it has no tl.dot)."""
     emitter = _emitter(kernel, options or TritonOptions())
-    dots, sizes = [], []
+    dots, sizes, straight = [], [], True
     for i in range(len(kernel.domain.nodes)):
         plan = emitter.dot_plan(i)
         if plan is None:
             continue
         dots.append(tuple(emitter.numel(group) for group in (plan.ms, plan.ns, plan.ks)))
+        straight = straight and plan.simple and len(plan.ks) == 1
         sizes.append(kernel.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize)
     if not dots:
         return None
     itemsize = max(sizes)
     programs = math.prod(p.count for p in emitter.loops if p.kind == PARALLEL)
-    return Shape(tuple(dots), itemsize, programs, emitter.grouped_tiles() is not None)
+    return Shape(tuple(dots), itemsize, programs, emitter.grouped_tiles() is not None, straight)
 
 
 def fits(shape: Shape, target: Target) -> bool:
@@ -136,7 +139,11 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
         units = target.parallel_units or 132
         order = sorted(range(len(kept)), key=lambda j: (kept[j][1].programs < units, float(costs.traffic[j]),
                                                         kept[j][0].tiles))
-        kept = [kept[j] for j in order]
+        ranked = [kept[j] for j in order]
+        # half the picks (at least) among tilings whose dots load plain 2-D blocks (a conv with n, oh, kh,
+        # kw walked one at a time: an implicit GEMM the pipeliner can stage), the rest by the model alone
+        straight = [pair for pair in ranked if pair[1].straight][:limit // 2]
+        kept = straight + [pair for pair in ranked if pair not in straight]
     out = [first] + [v for v, _ in kept[:max(limit - 1, 0)]]
     best = out[1] if len(out) > 1 else first
     shape = dot_shape(kernel.with_tiles(best.tiles), options)
