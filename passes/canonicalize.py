@@ -156,14 +156,23 @@ def _scalar(array: np.ndarray, dtype: DType) -> Any:
     return bool(item) if dtype is DType.bool else int(item) if dtype.is_int else float(item)
 
 
+def _relayout_of_a_parameter(node: Node) -> bool:
+    """A transpose that is its parameter's only reader: folding it stores the parameter in the order
+    its reader wants (nn.Linear's [out, in] weight as [in, out]) and grows nothing, at any size."""
+    (x, *_) = node.inputs
+    return node.op == "transpose" and x.kind is ValueKind.PARAM and x.data is not None and len(x.users) == 1
+
+
 def fold_constants(graph: Graph, limit: int) -> int:
     """Evaluate nodes whose operands are all known; uniform results become `constant` nodes, others
-    new params carrying the data. Nodes without operands (constant, iota) are left as they are."""
+    new params carrying the data. Nodes without operands (constant, iota) are left as they are, and
+    tensors over `limit` elements only when the node just reorders a parameter."""
     folded = 0
     for node in graph.nodes:
         if node.graph is None or not node.inputs or node.opdef.is_composite:
             continue
-        if any(v.type.numel > limit for v in node.inputs + node.results):
+        relayout = _relayout_of_a_parameter(node)
+        if not relayout and any(v.type.numel > limit for v in node.inputs + node.results):
             continue
         arrays = [_known(v) for v in node.inputs]
         if any(a is None for a in arrays):
@@ -178,7 +187,8 @@ def fold_constants(graph: Graph, limit: int) -> int:
                 attrs = {"value": _scalar(array, result.dtype), "shape": result.shape, "dtype": result.dtype}
                 values.append(graph.create_node("constant", (), attrs, before=node, loc=node.loc).result)
             else:
-                values.append(graph.add_param("folded", result.type, np.array(array)))
+                name = f"{node.inputs[0].name}_t" if relayout else "folded"
+                values.append(graph.add_param(name, result.type, np.ascontiguousarray(array)))
         _replace(graph, node, values)
         folded += 1
     return folded

@@ -243,6 +243,26 @@ def test_fold_limit_and_fold_switch():
     assert ops(run_canon(g)) == ["add"]
 
 
+def test_a_parameter_read_only_transposed_is_stored_transposed_at_any_size():
+    """nn.Linear's weight: matmul(x, transpose(w)) reads w as [in, out], so w is stored that way."""
+    b, (x,) = builder("f32[2,4]")
+    w = b.param("w", "f32[3,4]", np.arange(12, dtype=np.float32).reshape(3, 4))
+    g = b.output(b.matmul(x, b.transpose(w, perm=[1, 0])))
+    after = run_canon(g, fold_limit=4)
+    assert ops(after) == ["matmul"]
+    (stored,) = after.params
+    assert stored.name == "w_t" and stored.data.flags.c_contiguous
+    np.testing.assert_array_equal(stored.data, np.arange(12).reshape(3, 4).T)
+    assert_same_results(g, after)
+
+
+def test_a_parameter_read_both_ways_is_not_duplicated_past_the_fold_limit():
+    b, (x,) = builder("f32[4,4]")
+    w = b.param("w", "f32[4,4]", np.arange(16, dtype=np.float32).reshape(4, 4))
+    g = b.output(b.add(b.matmul(x, b.transpose(w, perm=[1, 0])), w))
+    assert ops(run_canon(g, fold_limit=4)) == ["transpose", "matmul", "add"]
+
+
 def test_folding_skips_ops_that_fail_at_compile_time():
     b = GraphBuilder("main")
     table = b.param("table", "f32[2, 3]", np.zeros((2, 3), np.float32))
