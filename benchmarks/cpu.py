@@ -1,11 +1,16 @@
 """Benchmark: tilegraph-cpp against torch eager and torch.compile (Inductor, CPU), side by side.
 
-    python benchmarks/cpu.py              # every row, writes benchmarks/results/cpu.md
-    python benchmarks/cpu.py --quick      # fewer repetitions, no GPT-2 (smoke test)
+    python benchmarks/cpu.py              # every row at 1 and 2 threads, writes benchmarks/results/cpu.md
+    python benchmarks/cpu.py --quick      # fewer repetitions, no GPT-2, ResNet-50, MobileNetV2 (smoke test)
+    python benchmarks/cpu.py --models resnet-50,mobilenet --threads 1   # rows whose name has a filter word
 
 Rows: the DSL examples (examples/*.tg, run in torch through a small op-by-op interpreter of the
 same graph with the same parameter values) and torch models (a ResNet-18 basic block, a
-transformer encoder layer, GPT-2 tiny, an MLP at batch 1 and 256), converted with the fx frontend.
+transformer encoder layer, GPT-2 tiny, ResNet-50 and MobileNetV2 from transformers' default
+configs at 224x224, batch 1, with `zoo_models.py`'s weights that keep activations O(1), an MLP
+at batch 1 and 256), converted with the fx frontend. Every row runs at each thread count in
+`--threads`: `torch.set_num_threads(n)` sets both torch's and tilegraph's OpenMP threads (they
+share torch's libgomp), and Inductor compiles afresh per count (its kernels fix their thread count).
 All three systems run in this one process, interleaved round by round (one call each per round),
 so machine load hits them alike; the time is the median per call, the ratios are tilegraph's time
 over the other's (below 1: tilegraph is faster). Memory: the resident-set growth during one warm
@@ -112,7 +117,19 @@ def gpt2_tiny():
     return transformers.GPT2Model(config).eval(), (torch.randint(0, 1000, (1, 64)),)
 
 
-def torch_rows(quick: bool):
+def transformers_vision(name: str):
+    """transformers' ResNet-50 or MobileNetV2 (default configs), 224x224, batch 1, zoo weights."""
+    import transformers
+    from zoo_models import LastHidden, calibrate_batch_norms, image_inputs, init_weights
+
+    config, cls = {"ResNet-50": ("ResNetConfig", "ResNetModel"),
+                   "MobileNetV2": ("MobileNetV2Config", "MobileNetV2Model")}[name]
+    model = init_weights(getattr(transformers, cls)(getattr(transformers, config)()))
+    wrapped = calibrate_batch_norms(LastHidden(model, ("pixel_values",)), image_inputs(224, batch=2, seed=5))
+    return wrapped, image_inputs(224)
+
+
+def torch_rows(quick: bool, wanted=lambda name: True):
     layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, dropout=0.0,
                                              activation="gelu", batch_first=True)
     rows = [
@@ -125,19 +142,27 @@ def torch_rows(quick: bool):
         try:
             model, inputs = gpt2_tiny()
             rows.insert(2, ("GPT-2 tiny (2 layers, 128 wide), 64 tokens", model, inputs))
+            for name in ("ResNet-50", "MobileNetV2"):
+                if wanted(f"{name} 1x3x224x224"):
+                    rows.insert(-2, (f"{name} 1x3x224x224", *transformers_vision(name)))
         except ImportError:
-            print("transformers is not installed: no GPT-2 row", file=sys.stderr)
+            print("transformers is not installed: no GPT-2, ResNet-50 or MobileNetV2 rows", file=sys.stderr)
     for name, model, inputs in rows:
+        if not wanted(name):
+            continue
         model.eval()
+        calibrated = name.startswith(("ResNet-50", "MobileNetV2"))  # zoo_models set their batch norms
         for m in model.modules():  # non-trivial inference-mode batch norms
-            if isinstance(m, torch.nn.BatchNorm2d):
+            if isinstance(m, torch.nn.BatchNorm2d) and not calibrated:
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
         yield name, model, inputs, from_module(model, inputs)
 
 
-def dsl_rows():
+def dsl_rows(wanted=lambda name: True):
     for name in ("mlp", "transformer_block", "resnet_block", "lenet"):
+        if not wanted(f"examples/{name}.tg"):
+            continue
         graph = parse_file(ROOT / "examples" / f"{name}.tg")
         params = reference.random_params(graph)
         inputs = tuple(torch.from_numpy(a) for a in reference.random_inputs(graph))
@@ -181,6 +206,7 @@ def measure(systems: dict, rounds: int) -> dict[str, float]:
 
 
 def bench_row(name, module, inputs, graph, params, rounds: int) -> dict:
+    torch._dynamo.reset()  # Inductor compiles for the current thread count
     np_inputs = [t.numpy() for t in inputs]
     start = time.perf_counter()
     compiled = tilegraph.compile(graph, target="cpp",
@@ -209,7 +235,8 @@ def bench_row(name, module, inputs, graph, params, rounds: int) -> dict:
     times = measure(systems, rounds)
     peaks = {k: peak_kib(fn) for k, fn in systems.items()}
     outputs = sum(v.type.nbytes for v in compiled.generated.outputs)
-    return {"name": name, "times": times, "peaks": peaks, "error": error, "kernels": len(compiled.program.kernels),
+    return {"name": name, "threads": torch.get_num_threads(), "times": times, "peaks": peaks, "error": error,
+            "kernels": len(compiled.program.kernels),
             "arena": compiled.generated.arena.size, "working": compiled.generated.arena.size + outputs,
             "build": build_s, "inductor_build": inductor_s}
 
@@ -225,12 +252,13 @@ def _mib(kib: int) -> str:
 def write_table(rows: list[dict], path: Path, command: str) -> None:
     import platform
 
-    build_times = ", ".join(f"{r['name']} tg {r['build']:.1f} / inductor {r['inductor_build']:.1f}" for r in rows)
+    build_times = ", ".join(f"{r['name']} tg {r['build']:.1f} / inductor {r['inductor_build']:.1f}" for r in rows
+                            if r["threads"] == rows[0]["threads"])
     lines = [
         "# tilegraph-cpp vs torch eager vs torch.compile (Inductor), CPU",
         "",
         f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} torch threads, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+        f"threads per row as in the table (torch.set_num_threads, shared by torch and tilegraph), "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}.",
         "Median time per call, all three interleaved in one process; ratio = tilegraph time / other time "
         "(below 1: tilegraph faster). RSS growth = resident-set high-water during one warm call above the "
@@ -239,19 +267,26 @@ def write_table(rows: list[dict], path: Path, command: str) -> None:
         "weights. err = max abs error of tilegraph vs eager relative to the output magnitude. "
         f"Build times (s): {build_times}.",
         "",
-        "| model | tilegraph ms | eager ms | inductor ms | vs eager | vs inductor | RSS growth MiB tg / eager / ind | "
-        "tg working KiB | kernels | err |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| model | threads | tilegraph ms | eager ms | inductor ms | vs eager | vs inductor | "
+        "RSS growth MiB tg / eager / ind | tg working KiB | kernels | err |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in rows:
         t, p = r["times"], r["peaks"]
         lines.append(
-            f"| {r['name']} | {_ms(t['tilegraph'])} | {_ms(t['eager'])} | {_ms(t['inductor'])} | "
+            f"| {r['name']} | {r['threads']} | {_ms(t['tilegraph'])} | {_ms(t['eager'])} | {_ms(t['inductor'])} | "
             f"{t['tilegraph'] / t['eager']:.2f} | {t['tilegraph'] / t['inductor']:.2f} | "
             f"{_mib(p['tilegraph'])} / {_mib(p['eager'])} / {_mib(p['inductor'])} | {r['working'] / 1024:.0f} | "
             f"{r['kernels']} | {r['error']:.1e} |")
-    geo = lambda key: math.exp(statistics.mean(math.log(r["times"]["tilegraph"] / r["times"][key]) for r in rows))  # noqa: E731
-    lines += ["", f"Geometric mean ratio: {geo('eager'):.2f} vs eager, {geo('inductor'):.2f} vs inductor.", ""]
+    lines.append("")
+    for threads in sorted({r["threads"] for r in rows}):
+        at = [r for r in rows if r["threads"] == threads]
+        geo = lambda key: math.exp(statistics.mean(math.log(r["times"]["tilegraph"] / r["times"][key])  # noqa: E731
+                                                   for r in at))
+        slower = [r["name"] for r in at if r["times"]["tilegraph"] > r["times"]["inductor"]]
+        lines.append(f"{threads} thread{'s' if threads > 1 else ''}: geometric mean ratio {geo('eager'):.2f} vs eager, "
+                     f"{geo('inductor'):.2f} vs inductor; rows slower than inductor: {', '.join(slower) or 'none'}.")
+    lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     print("\n".join(lines))
@@ -262,17 +297,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no GPT-2")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--models", default=None,
+                        help="comma-separated words; only rows whose name contains one (case-insensitive)")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     args = parser.parse_args()
     rounds = args.rounds or (5 if args.quick else 30)
-    torch.manual_seed(0)
+    words = [w.strip().lower() for w in args.models.split(",")] if args.models else None
+    wanted = lambda name: words is None or any(w in name.lower() for w in words)  # noqa: E731
+    counts = [int(n) for n in args.threads.split(",")]
     rows = []
-    for name, module, inputs, graph, params in dsl_rows():
-        rows.append(bench_row(name, module, inputs, graph, params, rounds))
-        print(f"{name}: done", file=sys.stderr)
-    for name, module, inputs, graph in torch_rows(args.quick):
-        rows.append(bench_row(name, module, inputs, graph, None, rounds))
-        print(f"{name}: done", file=sys.stderr)
-    command = "python benchmarks/cpu.py" + (" --quick" if args.quick else "")
+    for threads in counts:
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        for name, module, inputs, graph, params in dsl_rows(wanted):
+            rows.append(bench_row(name, module, inputs, graph, params, rounds))
+            print(f"{name} at {threads} threads: done", file=sys.stderr)
+        for name, module, inputs, graph in torch_rows(args.quick, wanted):
+            rows.append(bench_row(name, module, inputs, graph, None, rounds))
+            print(f"{name} at {threads} threads: done", file=sys.stderr)
+    command = " ".join(["python benchmarks/cpu.py", *sys.argv[1:]])
     write_table(rows, args.out, command)
 
 

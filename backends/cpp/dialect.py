@@ -60,7 +60,8 @@ LOAD_EVEN = r"""inline void tg_load_even(tg_vf* dst, const float* src, int64_t l
   for (int64_t q = 0; q < lanes; ++q) {
 #if defined(__AVX512F__)
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512 lo = _mm512_loadu_ps(src + q * 32), hi = _mm512_maskz_loadu_ps((__mmask16)0x7fff, src + q * 32 + 16);
+    const __m512 lo = _mm512_loadu_ps(src + q * 32);
+    const __m512 hi = _mm512_maskz_loadu_ps((__mmask16)0x7fff, src + q * 32 + 16);
     dst[q] = (tg_vf)_mm512_permutex2var_ps(lo, even, hi);
 #else
     float g[16];
@@ -72,13 +73,14 @@ LOAD_EVEN = r"""inline void tg_load_even(tg_vf* dst, const float* src, int64_t l
 """
 
 # The same for lanes [lo, hi) only, the others `pad`; reads only the elements those lanes need.
-LOAD_EVEN_LANES = r"""inline void tg_load_even_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi, int64_t lanes,
-                               float pad) {
+LOAD_EVEN_LANES = r"""inline void tg_load_even_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi,
+                               int64_t lanes, float pad) {
   for (int64_t q = 0; q < lanes; ++q) {
     const int64_t l = tg_lmax(lo - q * 16, 0), h = tg_lmin(hi - q * 16, 16);
 #if defined(__AVX512F__)
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const uint32_t elements = h > l ? ((h * 2 - 1 >= 32 ? 0xffffffffu : (1u << (h * 2 - 1)) - 1u) & ~((1u << (l * 2)) - 1u)) : 0u;
+    // elements [2l, 2h - 1) of the 32 from src + 32q: the lanes' even elements, no odd one past them
+    const uint32_t elements = h > l ? ((1u << (h * 2 - 1)) - 1u) & ~((1u << (l * 2)) - 1u) : 0u;
     const __m512 a = _mm512_maskz_loadu_ps((__mmask16)(elements & 0xffffu), src + q * 32);
     const __m512 b = _mm512_maskz_loadu_ps((__mmask16)(elements >> 16), src + q * 32 + 16);
     const __mmask16 inside = h > l ? (__mmask16)(((1u << h) - 1u) & ~((1u << l) - 1u)) : (__mmask16)0;

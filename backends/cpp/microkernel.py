@@ -22,7 +22,7 @@ from tilegraph.ir.types import DType
 
 from .buffers import Var, affine_text, element_steps, loops_read, store
 from .code import Code
-from .conv import ChannelPlan, PackedBuffer, WeightPack, plan_channels, row_blocks
+from .conv import PackedBuffer, plan_channels, row_blocks
 from .flatrows import FlatPlan, FlatRows
 from .names import compute_type, init_literal
 from .scalar import scalar_expr
