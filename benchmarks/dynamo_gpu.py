@@ -74,11 +74,21 @@ def llama4(batch: int, tiny: bool, layers: int | None):
     return LastHidden(model, ("input_ids", "attention_mask")), text_inputs(batch, 16 if tiny else 128)
 
 
+def overhead_mlp(batch: int, tiny: bool, layers: int | None):
+    """Three small linear layers: per-call time here is launch overhead, not kernel time."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64))
+    return model.eval(), (torch.randn(batch, 64),)
+
+
 def builders() -> dict:
     from torch_models import WHOLE_MODELS
 
     found = {m.name: m.build for m in WHOLE_MODELS}
-    return {"gpt2_small": found["gpt2_small"], "bert_base": found["bert_base"], "llama_4layer": llama4,
+    return {"overhead_mlp": overhead_mlp, "gpt2_small": found["gpt2_small"], "bert_base": found["bert_base"], "llama_4layer": llama4,
             "vit_base": found["vit_base"], "resnet50": found["resnet50"]}
 
 
@@ -87,7 +97,7 @@ def rows(quick: bool) -> list[RowSpec]:
         return [RowSpec(m, "cuda", "f32", 1) for m in builders()] + [RowSpec("gpt2_small", "cuda", "bf16", 1),
                                                                      RowSpec("resnet50", "cpu", "f32", 1)]
     if quick:  # two layers of each transformer: the per-call ratios of whole models, a fraction of the compiles
-        small = [RowSpec("gpt2_small", "cuda", "f32", 1, 2), RowSpec("bert_base", "cuda", "f32", 1, 2),
+        small = [RowSpec("overhead_mlp", "cuda", "f32", 1), RowSpec("gpt2_small", "cuda", "f32", 1, 2), RowSpec("bert_base", "cuda", "f32", 1, 2),
                  RowSpec("llama_4layer", "cuda", "f32", 1, 2), RowSpec("vit_base", "cuda", "f32", 1, 2),
                  RowSpec("resnet50", "cuda", "f32", 1)]
         return small + [RowSpec("gpt2_small", "cuda", "bf16", 1, 2), RowSpec("llama_4layer", "cuda", "bf16", 1, 2),
@@ -171,6 +181,8 @@ def run_row(spec: RowSpec) -> Row:
 
     options = {"target": "triton"} if DRY_RUN and spec.device == "cuda" else {}
     impls = {"tilegraph": lambda: torch.compile(model, backend=backend, options=options)}
+    if spec.model == "overhead_mlp" and device == "cuda":  # the launcher's own cost, one launch at a time
+        impls["tilegraph-nocg"] = lambda: torch.compile(model, backend=backend, options={**options, "cudagraphs": False})
     if not DRY_RUN:
         impls["inductor"] = lambda: torch.compile(model)
         if device == "cuda":
@@ -190,6 +202,10 @@ def run_row(spec: RowSpec) -> Row:
                     return fn(*inputs)
 
             row.times[name] = bench(torch, call, device)
+        if name == "tilegraph-nocg":
+            kernels = sum(len(r.program.program.kernels) for g in graphs for r in g._cache.values()) // 2
+            row.note = (f"without CUDA graphs {row.times[name]:.3f} ms, "
+                        f"{1e3 * row.times[name] / max(kernels, 1):.1f} us per kernel launch ({kernels} kernels)")
         if name == "tilegraph":
             row.fallbacks = [str(w.message) for w in caught if "eagerly" in str(w.message)]
             row.graphs = len(graphs)
