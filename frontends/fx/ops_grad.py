@@ -12,6 +12,8 @@ The IR has no scatter, so each backward is written with ops it has:
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -171,6 +173,69 @@ def avg_pool2d_backward(cx, grad_output, x, kernel_size, stride, padding, ceil_m
     shares = cx.broadcast(cx.reshape(scaled, (n, c, 1, out[0], 1, out[1])), (n, c, kh, out[0], kw, out[1]))
     shares = cx.reshape(shares, (n, c, kh * out[0], kw * out[1]))
     return cx.reshape(_place(cx, shares, window, size, out, window.kernel), cx.out_shape)
+
+
+# ----- attention -------------------------------------------------------------------------------------
+def _scores(cx, q: Value, k: Value, batch: tuple[int, ...], mask, causal: bool, scale: float) -> Value:
+    """scale * q k^T (+ mask; causal: -inf above the diagonal) over [B*H, L, S] (`batch` is [B, H])."""
+    scores = cx.b.mul(cx.b.batch_matmul(q, cx.transpose(k, (0, 2, 1))), cx.value(scale, q.dtype))
+    length, source = scores.shape[1:]
+    if mask is not None:
+        mask = cx.value(mask, q.dtype)
+        if mask.type.rank > 2:  # per batch or head: laid out as the scores are
+            mask = cx.reshape(cx.broadcast(mask, batch + (length, source)), scores.shape)
+        scores = cx.b.add(scores, mask)
+    if causal:
+        allowed = cx.param(f"{cx.node.name}_causal", torch.ones(length, source, dtype=torch.bool).tril())
+        scores = cx.b.where(allowed, scores, cx.value(-math.inf, q.dtype))
+    return scores
+
+
+def _flat_heads(cx, *tensors: Value) -> list[Value]:
+    """[B, H, L, D] as [B*H, L, D]."""
+    return [cx.reshape(t, (math.prod(t.shape[:-2]),) + t.shape[-2:]) for t in tensors]
+
+
+@converts(A("_scaled_dot_product_flash_attention_for_cpu"))
+def flash_attention_cpu(cx, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """(output, logsumexp of each query's scores): the fused attention op, and the statistic the
+    backward reads (dead code unless the graph saves it)."""
+    from .ops_nn import attention_values
+
+    if dropout_p:
+        raise Unsupported(f"attention with dropout p={dropout_p} (random)")
+    q, k, v = cx.value(q), cx.value(k), cx.value(v)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    out = attention_values(cx, q, k, v, attn_mask, causal=is_causal, scale=scale)
+    flat_q, flat_k = _flat_heads(cx, q, k)
+    scores = _scores(cx, flat_q, flat_k, q.shape[:-2], attn_mask, is_causal, scale)
+    top = cx.b.max(scores, axes=(2,), keepdims=True)
+    total = cx.b.sum(cx.b.exp(cx.b.sub(scores, top)), axes=(2,), keepdims=True)
+    logsumexp = cx.b.add(cx.b.log(total), top)
+    return out, cx.reshape(logsumexp, tuple(cx.expected[1].shape))
+
+
+@converts(A("_scaled_dot_product_flash_attention_for_cpu_backward"))
+def flash_attention_cpu_backward(cx, grad_out, q, k, v, out, logsumexp, dropout_p=0.0, is_causal=False, *,
+                                 attn_mask=None, scale=None):
+    """(dq, dk, dv) from the probabilities recomputed with the saved logsumexp: dV = P^T dO,
+    dS = P * (dO V^T - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q."""
+    if dropout_p:
+        raise Unsupported(f"attention with dropout p={dropout_p} (random)")
+    q, k, v, grad, out = (cx.value(t) for t in (q, k, v, grad_out, out))
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise Unsupported("attention backward with different query and key/value heads")
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    flat_q, flat_k, flat_v, flat_grad, flat_out = _flat_heads(cx, q, k, v, grad, out)
+    scores = _scores(cx, flat_q, flat_k, q.shape[:-2], attn_mask, is_causal, scale)
+    probs = cx.b.exp(cx.b.sub(scores, cx.reshape(cx.value(logsumexp, q.dtype), scores.shape[:2] + (1,))))
+    dv = cx.b.batch_matmul(cx.transpose(probs, (0, 2, 1)), flat_grad)
+    dprobs = cx.b.batch_matmul(flat_grad, cx.transpose(flat_v, (0, 2, 1)))
+    rows = cx.b.sum(cx.b.mul(flat_grad, flat_out), axes=(2,), keepdims=True)
+    dscores = cx.b.mul(cx.b.mul(probs, cx.b.sub(dprobs, rows)), cx.value(scale, q.dtype))
+    dq = cx.b.batch_matmul(dscores, flat_k)
+    dk = cx.b.batch_matmul(cx.transpose(dscores, (0, 2, 1)), flat_q)
+    return cx.reshape(dq, q.shape), cx.reshape(dk, k.shape), cx.reshape(dv, v.shape)
 
 
 # ----- statistics ------------------------------------------------------------------------------------

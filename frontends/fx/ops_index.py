@@ -386,6 +386,51 @@ def index_put(cx, x, indices, values, accumulate=False):
     return put(cx, x, aten_positions(cx, indices), values, bool(accumulate))
 
 
+# ----- scatter: writes along one axis ---------------------------------------------------------------------
+def scatter_values(cx: ConvertContext, x: Value, axis: int, index: Value, values: Value, accumulate: bool) -> Value:
+    """x with x[.., index[p], ..] = values[p] along `axis` (torch.scatter; += for scatter_add): every
+    output position compares its coordinate with the J indices of its line, O(numel(x) * J). With
+    repeated indices the last write wins (torch leaves that order undefined)."""
+    rank = x.type.rank
+    axis %= max(rank, 1)
+    if rank == 0 or index.type.rank != rank or any(i != s for a, (i, s) in enumerate(zip(index.shape, x.shape))
+                                                   if a != axis):
+        raise Unsupported(f"scatter into {x.type} with a {index.type} index (only an index as large as the "
+                          f"input off axis {axis})")
+    if values.type.rank == rank and values.shape != index.shape:  # torch reads src only where index is
+        values = cx.b.slice(values, start=(0,) * rank, stop=index.shape, step=(1,) * rank)
+    values = cx.broadcast(values, index.shape)
+    order = [a for a in range(rank) if a != axis] + [axis]
+    line, index, values = cx.transpose(x, order), cx.transpose(index, order), cx.transpose(values, order)
+    lead, size, count = line.shape[:-1], line.shape[-1], index.shape[-1]
+    hits = cx.b.eq(cx.reshape(cx.cast(index, I64), lead + (1, count)),
+                   cx.b.iota(shape=(size, 1), axis=0, dtype=I64))  # [.., size, count]
+    if accumulate:
+        spread = cx.b.where(hits, cx.reshape(values, lead + (1, count)), cx.value(0, x.dtype))
+        y = cx.b.add(line, cx.b.sum(spread, axes=(rank,)))
+    else:
+        numbers = cx.b.iota(shape=(1, count), axis=1, dtype=I64)
+        last = cx.b.max(cx.b.where(hits, numbers, cx.value(-1, I64)), axes=(rank,))  # [.., size]
+        picked = gather_elements(cx, values, rank - 1, cx.b.maximum(last, cx.value(0, I64)))
+        y = cx.b.where(cx.b.ge(last, cx.value(0, I64)), picked, line)
+    return cx.transpose(y, [order.index(a) for a in range(rank)])
+
+
+@converts(torch.scatter, "scatter", "scatter_", A("scatter"))
+def scatter(cx, x, dim, index, src=None, *, value=None, reduce=None):
+    if reduce is not None:
+        raise Unsupported(f"scatter with reduce={reduce!r}")
+    x = cx.value(x)
+    source = src if src is not None else value
+    return scatter_values(cx, x, dim, cx.value(index), cx.value(source, x.dtype), accumulate=False)
+
+
+@converts(torch.scatter_add, "scatter_add", "scatter_add_", A("scatter_add"))
+def scatter_add(cx, x, dim, index, src):
+    x = cx.value(x)
+    return scatter_values(cx, x, dim, cx.value(index), cx.value(src, x.dtype), accumulate=True)
+
+
 def _box_positions(cx: ConvertContext, x: Value, items: list) -> tuple[dict[int, Value], tuple[int, ...], tuple]:
     """For a basic index (ints, slices, None): the written box as constant per-axis positions on the
     axes it restricts, the box shape (one entry per input axis), and torch's shape of x[index]."""

@@ -165,6 +165,40 @@ def test_training_with_dynamic_shapes_converts_per_call_shape(compiled):
     assert len(shapes) == 4 and (2, 8) in shapes[0] and (7, 8) in shapes[2]
 
 
+class Decoder(nn.Module):
+    """Token and position embeddings, a causal pre-norm encoder layer (its attention is torch's fused
+    CPU flash-attention op, forward and backward), the vocabulary head and cross entropy inside the graph."""
+
+    def __init__(self, vocabulary=50, dim=16):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocabulary, dim), nn.Embedding(8, dim)
+        self.layer = nn.TransformerEncoderLayer(dim, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
+        self.head = nn.Linear(dim, vocabulary)
+
+    def forward(self, tokens, targets):
+        x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1]))
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1])
+        x = self.layer(x, src_mask=mask, is_causal=True)
+        return F.cross_entropy(self.head(x).flatten(0, 1), targets.flatten())
+
+
+def test_a_decoder_with_its_loss_inside_the_graph_trains_like_eager(compiled):
+    model = Decoder()
+    reference = copy.deepcopy(model)
+    tokens, targets = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        loss = torch.compile(model, backend="tilegraph")(tokens, targets)
+        loss.backward()
+    want = reference(tokens, targets)
+    want.backward()
+    assert_close(loss, want, "loss")
+    for (path, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert_close(p.grad, q.grad, f"gradient of {path}")
+    assert len(compiled) == 2
+    assert any(n.op == "attention" for n in compiled[0][0].nodes)  # the forward keeps the fused attention
+
+
 def test_the_issue_reproducer_backward_works():
     mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     loss = torch.compile(mlp, backend="tilegraph")(torch.randn(4, 8)).sum()
@@ -216,21 +250,24 @@ def test_needs_autograd():
     assert training.needs_autograd(gm, [x.requires_grad_()])
 
 
-def test_a_backward_graph_that_cannot_be_converted_runs_eagerly_with_a_warning(compiled):
-    def fn(x):
-        return x.sort(-1).values * torch.arange(4.0)  # sort's backward scatters
+def test_a_backward_graph_that_cannot_be_converted_runs_eagerly_with_a_warning(compiled, monkeypatch):
+    from tilegraph.frontends.fx import registry
 
-    x = torch.randn(3, 4, requires_grad=True)
-    x2 = x.detach().clone().requires_grad_()
+    monkeypatch.delitem(registry.FUNCTIONS, aten.max_pool2d_with_indices_backward)  # as if it had no converter
+    model = CNN().train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3, 16, 16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = torch.compile(fn, backend="tilegraph")(x)
+        got = torch.compile(model, backend="tilegraph")(x)
         got.sum().backward()
     fallbacks = [str(w.message) for w in caught if w.category is TilegraphFallbackWarning]
-    assert len(fallbacks) == 1 and "aten.scatter" in fallbacks[0], fallbacks
-    want = fn(x2)
+    assert len(fallbacks) == 1 and "aten.max_pool2d_with_indices_backward" in fallbacks[0], fallbacks
+    want = reference(x)
     want.sum().backward()
-    assert_close(got, want, "output"), assert_close(x.grad, x2.grad, "gradient")
+    assert_close(got, want, "output")
+    for (path, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert_close(p.grad, q.grad, f"gradient of {path}")
     assert len(compiled) == 1  # the forward graph
 
 
@@ -415,3 +452,33 @@ def test_any_and_all(op):
     x = torch.tensor([[0.0, 1.0, 2.0], [0.0, 0.0, 0.0], [3.0, -1.0, 0.5]])
     fn = getattr(torch, op)
     check_aten(lambda x: (fn(x != 0, 1), fn(x, 0, keepdim=True), fn(x > 0)), x)
+
+
+@pytest.mark.parametrize("causal,mask", [(False, None), (True, None), (False, "float")])
+def test_cpu_flash_attention_and_its_backward(causal, mask):
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    attn_mask = torch.randn(2, 1, 5, 6) if mask == "float" else None
+    scale = 0.3 if mask else None
+    check_aten(lambda q, k, v: aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale), q, k, v)
+    out, logsumexp = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=attn_mask,
+                                                                      scale=scale)
+    grad = torch.randn(out.shape)
+
+    def backward(grad, q, k, v, out, logsumexp):
+        return aten._scaled_dot_product_flash_attention_for_cpu_backward(grad, q, k, v, out, logsumexp, 0.0, causal,
+                                                                         attn_mask=attn_mask, scale=scale)
+
+    check_aten(backward, grad, q, k, v, out, logsumexp, tolerance=1e-4)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_and_scatter_add(dim):
+    x, src = torch.randn(4, 5), torch.randn(4, 5)
+    index = torch.randint(0, x.shape[dim], (4, 5))  # repeated indices: scatter_add sums them
+    line = index[:, :1] if dim else index[:1]  # one index per line, as cross entropy's one-hot scatters
+    check_aten(lambda x, src, index: (torch.scatter_add(x, dim, index, src), x.scatter(dim, line, 2.5)),
+               x, src, index)
+    # distinct indices along the line: plain scatter's result does not depend on the order of writes
+    perm = torch.stack([torch.randperm(5) for _ in range(4)])
+    check_aten(lambda x, src, perm: x.scatter(1, perm, src), x, src, perm)
