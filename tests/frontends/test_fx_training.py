@@ -6,6 +6,7 @@ ops (convolution, max/average pool, var_mean, layer-norm statistics) are checked
 torch, on the reference backend, over strides, padding, dilation, groups and ceil mode.
 """
 import copy
+import os
 import warnings
 
 import numpy as np
@@ -108,12 +109,12 @@ def assert_close(got, want, what, tolerance=1e-4):
     assert (got - want).abs().max().item() <= tolerance * scale, (what, (got - want).abs().max().item())
 
 
-def train_like_eager(name, options=None, steps=2, tolerance=1e-4, shape=None):
+def train_like_eager(name, options=None, steps=2, tolerance=1e-4, shape=None, device="cpu"):
     """`steps` SGD steps of the compiled model beside eager on a copy, with fallbacks as errors:
     outputs, gradients, updated weights and buffers (batch-norm statistics) must agree."""
     cls, default_shape = MODELS[name]
     shape = shape or default_shape
-    model = (cls(shape[-1]) if cls is CNN else cls()).train()
+    model = (cls(shape[-1]) if cls is CNN else cls()).train().to(device)
     reference = copy.deepcopy(model)
     step = torch.optim.SGD(model.parameters(), lr=0.1)
     reference_step = torch.optim.SGD(reference.parameters(), lr=0.1)
@@ -121,12 +122,12 @@ def train_like_eager(name, options=None, steps=2, tolerance=1e-4, shape=None):
     with warnings.catch_warnings():
         warnings.simplefilter("error", TilegraphFallbackWarning)
         for _ in range(steps):
-            x = torch.randn(shape)
+            x = torch.randn(shape, device=device)
             got, want = run_model(x), reference(x)
             assert got.requires_grad
             assert_close(got, want, "output", tolerance)
-            (got * torch.linspace(-1, 1, got.numel()).view(got.shape)).sum().backward()
-            (want * torch.linspace(-1, 1, want.numel()).view(want.shape)).sum().backward()
+            (got * torch.linspace(-1, 1, got.numel(), device=device).view(got.shape)).sum().backward()
+            (want * torch.linspace(-1, 1, want.numel(), device=device).view(want.shape)).sum().backward()
             for (path, p), q in zip(model.named_parameters(), reference.parameters()):
                 assert_close(p.grad, q.grad, f"gradient of {path}", tolerance)
             step.step(), reference_step.step()
@@ -197,6 +198,15 @@ def test_a_decoder_with_its_loss_inside_the_graph_trains_like_eager(compiled):
         assert_close(p.grad, q.grad, f"gradient of {path}")
     assert len(compiled) == 2
     assert any(n.op == "attention" for n in compiled[0][0].nodes)  # the forward keeps the fused attention
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="needs a CUDA device (and no Triton interpreter in this process)")
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_on_a_cuda_device(name, compiled):
+    # f32 convolutions run in TF32 (cuDNN's default, which the Triton path follows); eager's too
+    train_like_eager(name, device="cuda", tolerance=5e-3 if name == "cnn" else 1e-4)
+    assert len(compiled) == 2 and {target for _, target in compiled} == {"triton"}
 
 
 def test_the_issue_reproducer_backward_works():
