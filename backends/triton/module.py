@@ -12,7 +12,9 @@ returns them:
         kernel_k0[(1,)](x, w, v1, num_warps=warps, num_stages=stages)
         return (v1,)
 
-`STEPS` lists the steps in Program order; the runtime passes each the tensors it reads (its
+A kernel equal to an earlier one up to names (the same layer repeated) is not emitted again:
+`kernel_k17 = kernel_k5` binds it to the first, so Triton compiles it once. `STEPS` lists the steps
+in Program order; the runtime passes each the tensors it reads (its
 arguments after `arena`) and keeps what it returns under the names it binds. Layout kernels (reshape, concat, gather) are data movement,
 done with torch in their step. Helpers appear only where a kernel calls them. The text depends only
 on the Program, so the same Program always gives the same source.
@@ -28,6 +30,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.types import DType
 
+from .autotune import canonical
 from .kernel import KernelSource, emit_kernel
 from .names import identifier, kernel_functions, mangle, tensor_names
 from .scalar import HELPERS
@@ -127,6 +130,8 @@ def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
     step_names: list[str] = []
     io: list[tuple[tuple[Value, ...], tuple[Value, ...]]] = []
     sources: list[KernelSource | None] = []
+    first_of: dict[str, str] = {}  # kernel text up to names -> the function emitted for it
+    aliases: list[str] = []
     for kernel in program.kernels:
         domain = kernel.domain
         ops = ", ".join(identifier(n.op) for n in kernel.nodes)
@@ -142,7 +147,11 @@ def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
         else:
             source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names)
             sources.append(source)
-            kernels.append(source.text)
+            same = first_of.setdefault(canonical(source.text), source.function)
+            if same == source.function:
+                kernels.append(source.text)
+            else:  # Triton compiles each function once: a repeated layer's kernels reuse the first one's
+                aliases.append(f"{source.function} = {same}  # the same kernel up to names")
             for value in writes:
                 steps.append(_bind(value, names[value], arena))
             args = ", ".join(names[v] for v in source.args)
@@ -159,6 +168,8 @@ def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
     if "_view(" in used:
         parts.append(ARENA_VIEW)
     parts.extend(kernels)
+    if aliases:
+        parts.extend(["", *aliases, ""])
     parts.append("")
     parts.extend(steps)
     parts.append(f"STEPS = [{', '.join(step_names)}]")

@@ -85,29 +85,6 @@ def kernel_k2(v1_ptr, self_attention_q_ptr):
     tl.store(self_attention_q_ptr + tl.broadcast_to(zr + (ix0) * 2048 + (ix1) * 32 + (ix2), (1, 1, 32)), self_attention_q)
 
 @triton.jit
-def kernel_k3(v27_ptr, self_attention_wk_ptr, v3_ptr):
-    # tile: d0=16 (parallel), d1=16 (parallel), d2=128 (reduction)
-    pid = tl.program_id(0)
-    zr = tl.zeros((1, 1, 1), dtype=tl.int32)
-    iv2 = 0 + tl.arange(0, 128)
-    ix2 = iv2[None, None, :]
-    base1 = (pid % 8) * 16
-    pid = pid // 8
-    iv1 = base1 + tl.arange(0, 16)
-    ix1 = iv1[None, :, None]
-    base0 = (pid % 4) * 16
-    pid = pid // 4
-    iv0 = base0 + tl.arange(0, 16)
-    ix0 = iv0[:, None, None]
-    v3_acc = tl.zeros((16, 16), dtype=tl.float32)
-    v27_op = tl.load(v27_ptr + (iv0[:, None]) * 128 + (iv2[None, :]))
-    self_attention_wk_op = tl.load(self_attention_wk_ptr + (iv2[:, None]) * 128 + (iv1[None, :]))
-    v3_acc = tl.dot(v27_op, self_attention_wk_op, v3_acc, input_precision="ieee")
-    v3 = v3_acc
-    v3 = tl.reshape(v3, (16, 16, 1))
-    tl.store(v3_ptr + tl.broadcast_to(zr + (ix0) * 128 + (ix1), (16, 16, 1)), v3)
-
-@triton.jit
 def kernel_k4(v3_ptr, v4_ptr):
     # tile: d0=1 (parallel), d1=1 (parallel), d2=32 (parallel)
     pid = tl.program_id(0)
@@ -125,49 +102,6 @@ def kernel_k4(v3_ptr, v4_ptr):
     v3 = tl.load(v3_ptr + zr + (ix0) * 128 + (32 * ix1 + ix2))
     v4 = tl.broadcast_to(v3, (1, 1, 32))
     tl.store(v4_ptr + tl.broadcast_to(zr + (ix0) * 128 + (ix1) * 32 + (ix2), (1, 1, 32)), v4)
-
-@triton.jit
-def kernel_k5(v27_ptr, self_attention_wv_ptr, v5_ptr):
-    # tile: d0=16 (parallel), d1=16 (parallel), d2=128 (reduction)
-    pid = tl.program_id(0)
-    zr = tl.zeros((1, 1, 1), dtype=tl.int32)
-    iv2 = 0 + tl.arange(0, 128)
-    ix2 = iv2[None, None, :]
-    base1 = (pid % 8) * 16
-    pid = pid // 8
-    iv1 = base1 + tl.arange(0, 16)
-    ix1 = iv1[None, :, None]
-    base0 = (pid % 4) * 16
-    pid = pid // 4
-    iv0 = base0 + tl.arange(0, 16)
-    ix0 = iv0[:, None, None]
-    v5_acc = tl.zeros((16, 16), dtype=tl.float32)
-    v27_op = tl.load(v27_ptr + (iv0[:, None]) * 128 + (iv2[None, :]))
-    self_attention_wv_op = tl.load(self_attention_wv_ptr + (iv2[:, None]) * 128 + (iv1[None, :]))
-    v5_acc = tl.dot(v27_op, self_attention_wv_op, v5_acc, input_precision="ieee")
-    v5 = v5_acc
-    v5 = tl.reshape(v5, (16, 16, 1))
-    tl.store(v5_ptr + tl.broadcast_to(zr + (ix0) * 128 + (ix1), (16, 16, 1)), v5)
-
-@triton.jit
-def kernel_k6(v5_ptr, self_attention_v_ptr):
-    # tile: d0=1 (parallel), d1=1 (parallel), d2=32 (parallel)
-    pid = tl.program_id(0)
-    zr = tl.zeros((1, 1, 1), dtype=tl.int32)
-    iv2 = 0 + tl.arange(0, 32)
-    ix2 = iv2[None, None, :]
-    base1 = (pid % 64) * 1
-    pid = pid // 64
-    iv1 = base1 + tl.arange(0, 1)
-    ix1 = iv1[None, :, None]
-    base0 = (pid % 4) * 1
-    pid = pid // 4
-    iv0 = base0 + tl.arange(0, 1)
-    ix0 = iv0[:, None, None]
-    v5 = tl.load(v5_ptr + zr + (ix1) * 128 + (32 * ix0 + ix2))
-    v6 = tl.broadcast_to(v5, (1, 1, 32))
-    self_attention_v = tl.broadcast_to(v6, (1, 1, 32))
-    tl.store(self_attention_v_ptr + tl.broadcast_to(zr + (ix0) * 2048 + (ix1) * 32 + (ix2), (1, 1, 32)), self_attention_v)
 
 @triton.jit
 def kernel_k7(v4_ptr, self_attention_q_ptr, self_attention_v_ptr, v33_ptr):
@@ -341,6 +275,11 @@ def kernel_k11(v14_ptr, mlp_w2_ptr, mlp_b2_ptr, h_ptr, v17_ptr):
     h = tl.load(h_ptr + zr + (ix0) * 128 + (ix1))
     v17 = tl.broadcast_to((h + v16), (16, 16, 1))
     tl.store(v17_ptr + tl.broadcast_to(zr + (ix0) * 128 + (ix1), (16, 16, 1)), v17)
+
+
+kernel_k3 = kernel_k1  # the same kernel up to names
+kernel_k5 = kernel_k1  # the same kernel up to names
+kernel_k6 = kernel_k2  # the same kernel up to names
 
 
 def step_k0(dev, warps, stages, arena, x, norm_scale, norm_shift):
