@@ -3,10 +3,12 @@
 Dynamo's graph is split by AOTAutograd into an ATen forward graph and an ATen backward graph, with
 core-ATen decompositions (so that backward ops become ops the converters know); each is compiled by
 tilegraph like any captured graph (`TilegraphGraph`) and runs eagerly, with the fallback warning, where
-it cannot be converted. Graphs that need no gradient keep the direct path of `dynamo.py`.
+it cannot be converted (Dynamo's whole graph runs eagerly where AOTAutograd itself fails). Graphs that
+need no gradient keep the direct path of `dynamo.py`.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from .dynamo import DynamoOptions, TilegraphGraph
+from .errors import TilegraphFallbackWarning
 
 aten = torch.ops.aten
 
@@ -51,10 +54,19 @@ def decompositions() -> dict:
 def compile_with_autograd(gm: fx.GraphModule, example_inputs: Sequence[Any], options: DynamoOptions) -> Callable:
     """Dynamo's graph through AOTAutograd, its forward and backward graphs each compiled by tilegraph."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
 
     backend = aot_autograd(fw_compiler=_compiler(options), bw_compiler=_compiler(options),
                            decompositions=decompositions())
-    return backend(gm, list(example_inputs))
+    try:
+        return backend(gm, list(example_inputs))
+    except TensorifyScalarRestartAnalysis:  # Dynamo's signal to capture again, not a failure
+        raise
+    except Exception as e:  # the model must still train: Dynamo's graph runs eagerly, with autograd
+        warnings.warn(f"tilegraph: running a graph eagerly in PyTorch: AOTAutograd could not split it into "
+                      f"forward and backward graphs: {type(e).__name__}: {e}", TilegraphFallbackWarning,
+                      stacklevel=2)
+        return gm
 
 
 def _compiler(options: DynamoOptions) -> Callable:

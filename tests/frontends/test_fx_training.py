@@ -293,6 +293,23 @@ def test_a_forward_graph_that_cannot_be_converted_runs_eagerly_with_a_warning():
     assert_close(x.grad, x2.grad, "gradient")
 
 
+def test_a_graph_aotautograd_cannot_split_runs_eagerly_with_a_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no decomposition today")
+
+    decompositions = training.decompositions()
+    decompositions[aten.addmm.default] = broken  # AOTAutograd's trace fails where it decomposes addmm
+    monkeypatch.setattr(training, "decompositions", lambda: decompositions)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 8)
+    with pytest.warns(TilegraphFallbackWarning, match="AOTAutograd could not split it.*no decomposition today"):
+        torch.compile(model, backend="tilegraph")(x).sum().backward()
+    reference(x).sum().backward()
+    for (path, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert_close(p.grad, q.grad, f"gradient of {path}")
+
+
 # ----- the backward converters, against torch ----------------------------------------------------------
 def check_aten(fn, *inputs, tolerance=1e-5):
     """`fn`'s ATen graph (make_fx) converted and run on the reference backend, against torch."""
