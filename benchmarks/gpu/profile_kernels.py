@@ -46,6 +46,7 @@ def profile_model(name: str, layers: int | None, batch: int, top: int) -> None:
         torch.backends.cudnn.allow_tf32 = True
         default = model(*inputs)
         torch.backends.cudnn.allow_tf32 = tf32
+        print(f"convolutions in {'TF32' if tf32 else 'IEEE f32'} on both sides")
         for _ in range(3):
             fn(*inputs)
         torch.cuda.synchronize()
@@ -75,7 +76,12 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--ieee", action="store_true", help="convolutions in IEEE f32 on both sides (TF32 off)")
     args = parser.parse_args()
+    if args.ieee:
+        import torch
+
+        torch.backends.cudnn.allow_tf32 = False
     for name in args.models:
         try:
             profile_model(name, args.layers, args.batch, args.top)
