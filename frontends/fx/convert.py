@@ -322,7 +322,7 @@ class FxConverter:
     def _autocast_dtype(self, node: fx.Node, module: torch.nn.Module | None, result: Any) -> torch.dtype | None:
         """The dtype torch.autocast cast this op's floating-point inputs to (None outside a region, for
         ops autocast leaves alone, for in-place ops and for whole modules)."""
-        if module is not None or node.op == "placeholder" or _is_inplace(node, module):
+        if module is not None or _is_inplace(node, module):
             return None
         args = fx.node.map_arg((node.args, node.kwargs), lambda n: self.examples[n])
         return ops_autocast.cast_dtype(lambda: self._execute(node, module), args, result)
