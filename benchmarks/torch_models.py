@@ -72,9 +72,9 @@ def _mobilenetv2(batch: int, tiny: bool, layers: int | None):
     import transformers
     from zoo_models import init_weights
 
-    config = transformers.MobileNetV2Config(depth_multiplier=0.35, image_size=32) if tiny \
+    config = transformers.MobileNetV2Config(depth_multiplier=0.35, image_size=16) if tiny \
         else transformers.MobileNetV2Config()
-    return _images(init_weights(transformers.MobileNetV2Model(config)), batch, 32 if tiny else IMAGE_SIZE)
+    return _images(init_weights(transformers.MobileNetV2Model(config)), batch, 16 if tiny else IMAGE_SIZE)
 
 
 def _text(model_cls: str, config_cls: str, full: dict, small: dict, layer_key: str):
