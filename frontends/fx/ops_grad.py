@@ -19,7 +19,7 @@ import torch
 
 from tilegraph.ir import Value
 
-from .context import ConvertContext, Missing, Unsupported
+from .context import ConvertContext, Missing, Unsupported, ir_dtype
 from .ops_nn import PoolWindow, _batched, _pair
 from .ops_tensor import A, pad
 from .registry import converts
@@ -207,7 +207,8 @@ def flash_attention_cpu(cx, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mas
     q, k, v = cx.value(q), cx.value(k), cx.value(v)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     out = attention_values(cx, q, k, v, attn_mask, causal=is_causal, scale=scale)
-    flat_q, flat_k = _flat_heads(cx, q, k)
+    wide = ir_dtype(cx.expected[1].dtype)  # f32 statistics for f16/bf16 attention too, as torch keeps them
+    flat_q, flat_k = _flat_heads(cx, cx.cast(q, wide), cx.cast(k, wide))
     scores = _scores(cx, flat_q, flat_k, q.shape[:-2], attn_mask, is_causal, scale)
     top = cx.b.max(scores, axes=(2,), keepdims=True)
     total = cx.b.sum(cx.b.exp(cx.b.sub(scores, top)), axes=(2,), keepdims=True)
@@ -222,20 +223,23 @@ def flash_attention_cpu_backward(cx, grad_out, q, k, v, out, logsumexp, dropout_
     dS = P * (dO V^T - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q."""
     if dropout_p:
         raise Unsupported(f"attention with dropout p={dropout_p} (random)")
+    logsumexp = cx.value(logsumexp)
+    wide = logsumexp.dtype  # computed in the statistics' dtype (f32), the gradients cast back
     q, k, v, grad, out = (cx.value(t) for t in (q, k, v, grad_out, out))
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
         raise Unsupported("attention backward with different query and key/value heads")
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    flat_q, flat_k, flat_v, flat_grad, flat_out = _flat_heads(cx, q, k, v, grad, out)
+    dtypes = (q.dtype, k.dtype, v.dtype)
+    flat_q, flat_k, flat_v, flat_grad, flat_out = _flat_heads(cx, *(cx.cast(t, wide) for t in (q, k, v, grad, out)))
     scores = _scores(cx, flat_q, flat_k, q.shape[:-2], attn_mask, is_causal, scale)
-    probs = cx.b.exp(cx.b.sub(scores, cx.reshape(cx.value(logsumexp, q.dtype), scores.shape[:2] + (1,))))
+    probs = cx.b.exp(cx.b.sub(scores, cx.reshape(logsumexp, scores.shape[:2] + (1,))))
     dv = cx.b.batch_matmul(cx.transpose(probs, (0, 2, 1)), flat_grad)
     dprobs = cx.b.batch_matmul(flat_grad, cx.transpose(flat_v, (0, 2, 1)))
     rows = cx.b.sum(cx.b.mul(flat_grad, flat_out), axes=(2,), keepdims=True)
-    dscores = cx.b.mul(cx.b.mul(probs, cx.b.sub(dprobs, rows)), cx.value(scale, q.dtype))
+    dscores = cx.b.mul(cx.b.mul(probs, cx.b.sub(dprobs, rows)), cx.value(scale, wide))
     dq = cx.b.batch_matmul(dscores, flat_k)
     dk = cx.b.batch_matmul(cx.transpose(dscores, (0, 2, 1)), flat_q)
-    return cx.reshape(dq, q.shape), cx.reshape(dk, k.shape), cx.reshape(dv, v.shape)
+    return tuple(cx.cast(cx.reshape(d, t.shape), dtype) for d, t, dtype in zip((dq, dk, dv), (q, k, v), dtypes))
 
 
 # ----- statistics ------------------------------------------------------------------------------------

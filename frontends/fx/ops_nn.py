@@ -230,14 +230,13 @@ def layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, *rest)
 def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
     """(y, mean, 1/std) as torch saves them for the backward (the statistics are dead code unless used)."""
     y = layer_norm_values(cx, x, normalized_shape, weight, bias, eps)
-    x = cx.value(x)
+    x = cx.cast(cx.value(x), ir_dtype(cx.expected[1].dtype))  # in the dtype torch gives the statistics
     axes = tuple(range(x.type.rank - len(tuple(normalized_shape)), x.type.rank))
     mean = cx.b.mean(x, axes=axes, keepdims=True)
     centered = cx.b.sub(x, mean)
     variance = cx.b.mean(cx.b.mul(centered, centered), axes=axes, keepdims=True)
     rstd = cx.b.rsqrt(cx.b.add(variance, cx.value(float(eps), x.dtype)))
-    dtype = cx.expected[1].dtype
-    return (y, cx.cast(mean, ir_dtype(dtype)), cx.cast(rstd, ir_dtype(dtype)))
+    return (y, mean, rstd)
 
 
 @converts(nn.LayerNorm)
