@@ -36,7 +36,8 @@ def spread(cx: ConvertContext, x: Value, axis: int, stride: int, offset: int, si
     if stride > 1:  # interleave stride - 1 zeros after every element
         column = cx.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
         zeros = cx.b.constant(0, x.dtype, x.shape[:axis + 1] + (stride - 1,) + x.shape[axis + 1:])
-        x = cx.reshape(cx.b.concat(column, zeros, axis=axis + 1), x.shape[:axis] + (length * stride,) + x.shape[axis + 1:])
+        spread_shape = x.shape[:axis] + (length * stride,) + x.shape[axis + 1:]
+        x = cx.reshape(cx.b.concat(column, zeros, axis=axis + 1), spread_shape)
     widths = [0] * (2 * x.type.rank)
     last = x.type.rank - 1 - axis  # torch's pad lists the last axis first
     widths[2 * last], widths[2 * last + 1] = offset, size - offset - x.shape[axis]
