@@ -82,6 +82,25 @@ inline void tg_load_masks(tg_vf* dst, const float* src, const uint16_t* masks, i
 #endif
   }
 }
+inline void tg_load_even_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi,
+                               int64_t lanes, float pad) {
+  for (int64_t q = 0; q < lanes; ++q) {
+    const int64_t l = tg_lmax(lo - q * 16, 0), h = tg_lmin(hi - q * 16, 16);
+#if defined(__AVX512F__)
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    // elements [2l, 2h - 1) of the 32 from src + 32q: the lanes' even elements, no odd one past them
+    const uint32_t elements = h > l ? ((1u << (h * 2 - 1)) - 1u) & ~((1u << (l * 2)) - 1u) : 0u;
+    const __m512 a = _mm512_maskz_loadu_ps((__mmask16)(elements & 0xffffu), src + q * 32);
+    const __m512 b = _mm512_maskz_loadu_ps((__mmask16)(elements >> 16), src + q * 32 + 16);
+    const __mmask16 inside = h > l ? (__mmask16)(((1u << h) - 1u) & ~((1u << l) - 1u)) : (__mmask16)0;
+    dst[q] = (tg_vf)_mm512_mask_blend_ps(inside, _mm512_set1_ps(pad), _mm512_permutex2var_ps(a, even, b));
+#else
+    float g[16];
+    for (int64_t i = 0; i < 16; ++i) g[i] = (i >= l && i < h) ? src[q * 32 + 2 * i] : pad;
+    std::memcpy(&dst[q], g, sizeof(g));
+#endif
+  }
+}
 inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }
 inline void tg_free(void* p) { std::free(p); }
 
@@ -246,33 +265,35 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 6; i1 += 1) {
               for (int64_t b2 = 0; b2 < 14; b2 += 8) {
-                for (int64_t b3 = 0; b3 < 14; b3 += 14) {
+                for (int64_t b3 = 0; b3 < 14; b3 += 16) {
                   const int64_t mu = tg_lmin(8, 14 - b2);
-                  const int64_t nv = tg_lmin(14, 14 - b3);
+                  const int64_t nv = tg_lmin(16, 14 - b3);
                   // register blocks: mu in {8, 6}, nv in {14}
-                  float acc0[8][14];
-                  if (mu == 8 && nv == 14) {
+                  float acc0[8][16];
+                  if (mu == 8) {
+                    tg_vf vacc[8][1];
+                    float row[16];
+#pragma GCC unroll 8
                     for (int64_t uu = 0; uu < 8; ++uu) {
-                      for (int64_t vv = 0; vv < 14; ++vv) {
-                        acc0[uu][vv] = ((float)(-INFINITY));
-                      }
+                      for (int64_t vv = 0; vv < 16; ++vv) row[vv] = vv < nv ? (((float)(-INFINITY))) : 0.0f;
+                      for (int64_t q = 0; q < 1; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                     }
                     for (int64_t i4 = 0; i4 < 2; ++i4) {
                       for (int64_t i5 = 0; i5 < 2; ++i5) {
 #pragma GCC unroll 8
                         for (int64_t uu = 0; uu < 8; ++uu) {
-#pragma omp simd
-                          for (int64_t vv = 0; vv < 14; ++vv) {
-                            const float a0 = v2[4704 * i0 + 784 * i1 + 56 * (b2 + uu) + 2 * (b3 + vv) + 28 * i4 + i5];
-                            acc0[uu][vv] = tg_max(acc0[uu][vv], a0);
+                          tg_vf a0[1]; { const int64_t lane_lo = 0; const int64_t lane_hi = nv; tg_load_even_lanes(a0, &v2[4704 * i0 + 784 * i1 + 56 * (b2 + uu) + 2 * b3 + 28 * i4 + i5], lane_lo, lane_hi, 1, ((float)0.0)); }
+#pragma GCC unroll 1
+                          for (int64_t q = 0; q < 1; ++q) {
+                            vacc[uu][q] = tg_max(vacc[uu][q], a0[q]);
                           }
                         }
                       }
                     }
+#pragma GCC unroll 8
                     for (int64_t uu = 0; uu < 8; ++uu) {
-                      for (int64_t vv = 0; vv < 14; ++vv) {
-                        p1_tile[1176 * (i0 - lo0) + 196 * i1 + 14 * (b2 + uu) + (b3 + vv)] = acc0[uu][vv];
-                      }
+                      for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+                      for (int64_t vv = 0; vv < nv; ++vv) p1_tile[1176 * (i0 - lo0) + 196 * i1 + 14 * (b2 + uu) + (b3 + vv)] = row[vv];
                     }
                   }
                   else {
@@ -431,33 +452,34 @@ static int kernel_k3(const float* __restrict__ v5, float* __restrict__ flat) {
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 16; i1 += 1) {
               for (int64_t b2 = 0; b2 < 5; b2 += 5) {
-                for (int64_t b3 = 0; b3 < 5; b3 += 5) {
+                for (int64_t b3 = 0; b3 < 5; b3 += 16) {
                   const int64_t mu = tg_lmin(5, 5 - b2);
-                  const int64_t nv = tg_lmin(5, 5 - b3);
+                  const int64_t nv = tg_lmin(16, 5 - b3);
                   // register blocks: mu in {5}, nv in {5}
-                  float acc0[5][5];
-                  if (mu == 5 && nv == 5) {
+                  if (mu == 5) {
+                    tg_vf vacc[5][1];
+                    float row[16];
+#pragma GCC unroll 5
                     for (int64_t uu = 0; uu < 5; ++uu) {
-                      for (int64_t vv = 0; vv < 5; ++vv) {
-                        acc0[uu][vv] = ((float)(-INFINITY));
-                      }
+                      for (int64_t vv = 0; vv < 16; ++vv) row[vv] = vv < nv ? (((float)(-INFINITY))) : 0.0f;
+                      for (int64_t q = 0; q < 1; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                     }
                     for (int64_t i4 = 0; i4 < 2; ++i4) {
                       for (int64_t i5 = 0; i5 < 2; ++i5) {
 #pragma GCC unroll 5
                         for (int64_t uu = 0; uu < 5; ++uu) {
-#pragma omp simd
-                          for (int64_t vv = 0; vv < 5; ++vv) {
-                            const float a0 = v5[1600 * i0 + 100 * i1 + 20 * (b2 + uu) + 2 * (b3 + vv) + 10 * i4 + i5];
-                            acc0[uu][vv] = tg_max(acc0[uu][vv], a0);
+                          tg_vf a0[1]; { const int64_t lane_lo = 0; const int64_t lane_hi = nv; tg_load_even_lanes(a0, &v5[1600 * i0 + 100 * i1 + 20 * (b2 + uu) + 2 * b3 + 10 * i4 + i5], lane_lo, lane_hi, 1, ((float)0.0)); }
+#pragma GCC unroll 1
+                          for (int64_t q = 0; q < 1; ++q) {
+                            vacc[uu][q] = tg_max(vacc[uu][q], a0[q]);
                           }
                         }
                       }
                     }
+#pragma GCC unroll 5
                     for (int64_t uu = 0; uu < 5; ++uu) {
-                      for (int64_t vv = 0; vv < 5; ++vv) {
-                        p2[400 * (i0 - lo0) + 25 * i1 + 5 * (b2 + uu) + (b3 + vv)] = acc0[uu][vv];
-                      }
+                      for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+                      for (int64_t vv = 0; vv < nv; ++vv) p2[400 * (i0 - lo0) + 25 * i1 + 5 * (b2 + uu) + (b3 + vv)] = row[vv];
                     }
                   }
                 }
@@ -729,33 +751,32 @@ static int kernel_k6(const float* __restrict__ f2, const float* __restrict__ fc3
       }
       {
         // max
-        for (int64_t b0 = 0; b0 < 8; b0 += 8) {
+        for (int64_t b0 = 0; b0 < 8; b0 += 16) {
           const int64_t mu = 1;
-          const int64_t nv = tg_lmin(8, 8 - b0);
+          const int64_t nv = tg_lmin(16, 8 - b0);
           // register blocks: mu in {1}, nv in {8}
-          float acc0[1][8];
-          if (mu == 1 && nv == 8) {
+          if (mu == 1) {
+            tg_vf vacc[1][1];
+            float row[16];
+#pragma GCC unroll 1
             for (int64_t uu = 0; uu < 1; ++uu) {
-              for (int64_t vv = 0; vv < 8; ++vv) {
-                acc0[uu][vv] = ((float)(-INFINITY));
-              }
+              for (int64_t vv = 0; vv < 16; ++vv) row[vv] = vv < nv ? (((float)(-INFINITY))) : 0.0f;
+              for (int64_t q = 0; q < 1; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
             }
             for (int64_t i1 = 0; i1 < 10; ++i1) {
-              float a0[8];
-#pragma GCC unroll 8
-              for (int64_t vv = 0; vv < 8; ++vv) a0[vv] = v11[10 * (b0 + vv) + i1];
+              tg_vf a0[1]; { float g[16]; for (int64_t vv = 0; vv < 16; ++vv) g[vv] = (vv < nv ? v11[10 * (b0 + vv) + i1] : 0.0f); std::memcpy(a0, g, sizeof(g)); }
 #pragma GCC unroll 1
               for (int64_t uu = 0; uu < 1; ++uu) {
-#pragma omp simd
-                for (int64_t vv = 0; vv < 8; ++vv) {
-                  acc0[uu][vv] = tg_max(acc0[uu][vv], a0[vv]);
+#pragma GCC unroll 1
+                for (int64_t q = 0; q < 1; ++q) {
+                  vacc[uu][q] = tg_max(vacc[uu][q], a0[q]);
                 }
               }
             }
+#pragma GCC unroll 1
             for (int64_t uu = 0; uu < 1; ++uu) {
-              for (int64_t vv = 0; vv < 8; ++vv) {
-                v13[(b0 + vv)] = static_cast<float>(acc0[uu][vv]);
-              }
+              for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+              for (int64_t vv = 0; vv < nv; ++vv) v13[(b0 + vv)] = static_cast<float>(row[vv]);
             }
           }
         }
