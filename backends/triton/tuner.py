@@ -39,6 +39,7 @@ class TuningState:
     kernels: int
     left: set[str] = field(default_factory=set)  # keys of the kernels not tuned yet
     chosen: dict[str, autotune.Choice] = field(default_factory=dict)
+    launches: dict[str, tuple] = field(default_factory=dict)  # key -> (variant function, grid) installed
     originals: dict[str, object] = field(default_factory=dict)
     modules: list = field(default_factory=list)
 
@@ -94,7 +95,10 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     found = state.chosen.get(key) or cache.get(key)
     if found is not None:
         state.left.discard(autotune.canonical(source.text))
-        if found.tiles is None or _install_choice(compiled, state, position, source, found):
+        if key in state.launches:  # a kernel equal to one tuned here (a repeated layer): its variant, compiled once
+            install(compiled, state, source, *state.launches[key])
+            return found.config
+        if found.tiles is None or _install_choice(compiled, state, position, source, found, key):
             state.chosen[key] = found
             return found.config
     budget = state.budget
@@ -109,7 +113,8 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     times: dict = {}
     chosen_variant = None
     if source.uses_dot:
-        chosen_variant, times["tiles"] = _tune_tiles(compiled, state, position, launch, source, deadline, budget.clock)
+        chosen_variant, times["tiles"] = _tune_tiles(compiled, state, position, launch, source, deadline, budget.clock,
+                                                     key)
     best, config_times, complete = autotune.tune(launch, autotune.candidates(source.uses_dot), deadline=deadline,
                                                  clock=budget.clock)
     times["config"] = config_times
@@ -122,7 +127,7 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     return best
 
 
-def _tune_tiles(compiled, state, position, launch, source, deadline, clock):
+def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key):
     """Time the kernel's block-size variants; install the fastest. (variant or None, {label: ms})."""
     from triton.testing import do_bench
 
@@ -152,15 +157,17 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock):
     n = next(n for n, (v, _, _) in enumerate(loaded) if v.label() == best)
     variant, fn, grid = loaded[n]
     install(compiled, state, source, None if n == 0 else fn, grid)
+    state.launches[key] = (None, None) if n == 0 else (fn, grid)
     return (None if n == 0 else variant), times
 
 
-def _install_choice(compiled, state, position, source, choice: autotune.Choice) -> bool:
+def _install_choice(compiled, state, position, source, choice: autotune.Choice, key: str) -> bool:
     """Install a cached variant; False (and the generated function kept) if it cannot be emitted now."""
     try:
         variant = variants.Variant(choice.tiles, choice.group_m or variants.GROUP_M)
         ((_, fn, grid),) = variant_functions(compiled, position, source, [variant])
         install(compiled, state, source, fn, grid)
+        state.launches[key] = (fn, grid)
         return True
     except Exception:
         install(compiled, state, source)

@@ -288,3 +288,20 @@ def test_variants_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
         assert len(records) == len(proposed)
         for record in records:
             assert 0 < record.ptx_lines and record.shared_bytes <= H100.shared_memory_per_block
+
+
+def test_a_repeated_layer_takes_the_variant_tuned_for_the_first(monkeypatch):
+    graph = parse("""def f(x: f32[64, 64], w1: f32[64, 64], w2: f32[64, 64]) -> f32[64, 64] {
+        return relu(relu(x @ w1) @ w2)
+    }""")
+    fn = tilegraph.compile(graph, target="triton")
+    fake = _tune_once(fn, monkeypatch, fastest=1)
+    first, second = [s for s in fn.generated.kernels if s is not None]
+    module = fn.module()
+    a, b = getattr(module, first.function), getattr(module, second.function)
+    assert isinstance(a, tuner.VariantLaunch) and isinstance(b, tuner.VariantLaunch)
+    assert a.fn is b.fn, "one variant function, compiled once"
+    assert len(fn.timings) == 1 and fake.calls == sum(len(t) for t in fn.timings[0].values())
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
+    assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
