@@ -138,3 +138,15 @@ def test_a_small_transformer_runs_on_the_gpu(graphs):
             got = fn(ids).last_hidden_state
     assert got.is_cuda and close(got, want)
     assert {g.target for g in graphs} == {"triton"}
+
+
+def test_an_autocast_region_runs_on_the_gpu_in_torchs_dtypes(graphs):
+    """CUDA's autocast policy (matmuls in bf16, softmax in f32) as eager applies it."""
+    model = mlp()
+    x = torch.randn(16, 64, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        want = model(x)
+        got = compiled(model, graphs)(x)
+    assert got.device == x.device and got.dtype == want.dtype
+    assert float((got.float() - want.float()).abs().max()) <= 5e-2 * max(float(want.float().abs().max()), 1.0)
+    assert {g.target for g in graphs} == {"triton"}
