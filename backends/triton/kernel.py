@@ -446,8 +446,10 @@ class KernelEmitter(DotMixin, AttentionMixin):
         return f"# tile: {', '.join(parts)}"
 
     def reduction_loops(self, loops: tuple[int, ...]) -> tuple[int, ...]:
-        """Open a `for` per reduction loop of several tiles (one-tile loops are defined up front)."""
-        loops = tuple(k for k in loops if self.loops[k].count > 1)
+        """Open a `for` per reduction loop of several tiles (one-tile loops are defined up front); loops
+        of one lane outermost, so the innermost `for`, which Triton pipelines, walks the wide blocks (an
+        implicit-GEMM conv walks kh and kw around its channel chunks)."""
+        loops = tuple(sorted((k for k in loops if self.loops[k].count > 1), key=lambda k: (self.loops[k].block > 1, k)))
         self.hoist_at, self.hoist_depth = len(self.lines), self.depth
         for k in loops:
             plan = self.loops[k]
