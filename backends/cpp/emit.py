@@ -72,12 +72,14 @@ class KernelEmitter(RegisterBlocks):
         self.locals: list[LocalBuffer] = []
         self.carried = {i for i in range(len(domain.nodes))
                         if domain.reduces(i) & set(self.reduction) and i not in self.skipped}
+        self.chains = self.plan_chains()
+        passed = {v for chain in self.chains for j in chain[:-1] for v in domain.nodes[j].results}
         skip = self.unbuffered() | self.skipped
         for i, (node, space) in enumerate(zip(domain.nodes, domain.spaces)):
             if i in skip:
                 continue
             for value, amap in zip(node.results, space.outputs):
-                if value in self.outputs and i not in self.carried:
+                if (value in self.outputs and i not in self.carried) or value in passed:
                     continue
                 # a carried reduction that also runs along another reduction loop keeps all of
                 # that loop's tiles: it is complete (and copied out) only after the whole nest
@@ -175,9 +177,95 @@ class KernelEmitter(RegisterBlocks):
         for i in sorted(self.carried):
             self._copy_out(code, i)
         self.barrier(code)
+        heads = {chain[0]: chain for chain in self.chains}
+        inside = {j for chain in self.chains for j in chain[1:]}
         for i in epilogue:
-            self.emit_node(code, i, self.ranges(i, streamed=False), first=None)
+            if i in heads:
+                self._chain(code, heads[i], self.ranges(i, streamed=False))
+            elif i not in inside:
+                self.emit_node(code, i, self.ranges(i, streamed=False), first=None)
+            else:
+                continue
             self.barrier(code)
+
+    def _epilogue_nodes(self) -> list[int]:
+        """The nodes that run once per parallel tile after the reduction nest (see `tile_body`)."""
+        domain = self.domain
+        if not self.reduction:
+            return []
+        below = downstream(domain)
+        run = [i for i in range(len(domain.nodes)) if i not in self.skipped]
+        after = set().union(*[below[i] for i in run if domain.streamed[i]])
+        return [i for i in run if not domain.streamed[i] and i in after]
+
+    def plan_chains(self) -> list[tuple[int, ...]]:
+        """Runs of elementwise epilogue nodes computed in one loop nest, values passed in
+        registers (a conv's batch-norm fold, bias, activation and residual add: one pass over
+        the tile instead of one pass and one scratch buffer each). Each node but the last has one
+        f32 result, used once, by the next node only, which reads it at the same point over the
+        same loops; other operands are kernel inputs or values computed before the run."""
+        domain = self.domain
+        epilogue = self._epilogue_nodes()
+        member = set(epilogue)
+        position = {n: k for k, n in enumerate(domain.nodes)}
+        chains, taken = [], set()
+        for i in epilogue:
+            if i in taken or any(init is not None for init in domain.spaces[i].init):
+                continue
+            chain = [i]
+            while True:
+                j = chain[-1]
+                node, space = domain.nodes[j], domain.spaces[j]
+                value = node.results[0]
+                if len(node.results) != 1 or value.type.dtype is not DType.f32 or value in self.outputs \
+                        or len(value.users) != 1:
+                    break
+                k = position.get(value.users[0])
+                if k is None or k not in member or k in taken or any(x is not None for x in domain.spaces[k].init):
+                    break
+                user, uspace = domain.nodes[k], domain.spaces[k]
+                point = domain.compose_map(j, space.outputs[0]).exprs
+                reads = [(v, domain.compose_map(k, m)) for v, m in zip(user.inputs, uspace.inputs)]
+                if domain.iterates(k) != domain.iterates(j) or len(user.results) != 1 or any(
+                        v is value and m.exprs != point for v, m in reads) or any(
+                        v is not value and v.producer in position and position[v.producer] >= i
+                        for v, _ in reads):
+                    break
+                chain.append(k)
+            if len(chain) > 1:
+                chains.append(tuple(chain))
+                taken.update(chain)
+        return chains
+
+    def _chain(self, code: Code, chain: tuple[int, ...], ranges: dict[int, tuple[str, str]]) -> None:
+        """A run of elementwise nodes (`plan_chains`) as one loop nest: each value in a register,
+        only the last stored."""
+        domain = self.domain
+        var = lambda k: f"i{k}"  # noqa: E731
+        with code.block():
+            code.line(f"// {', '.join(domain.nodes[j].op for j in chain)}")
+            depth = self._loops(code, [(f"i{k}", *ranges[k], 1) for k in self._order(chain[0], list(ranges))])
+            with code.block():
+                value, name = None, None
+                for n, j in enumerate(chain):
+                    node, space = domain.nodes[j], domain.spaces[j]
+                    names = []
+                    for m, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
+                        if operand is value:
+                            names.append(name)
+                            continue
+                        text = self.buffers[operand].element(domain.compose_map(j, amap), var, self.extents)
+                        code.line(f"const {compute_type(operand.type.dtype, node.op)} a{n}_{m} = {text};")
+                        names.append(f"a{n}_{m}")
+                    value = node.results[0]
+                    expr = scalar_expr(space.body[0], names, value.type.dtype, self._index_fn(j, var), op=node.op)
+                    if n + 1 < len(chain):
+                        name = f"e{n}"
+                        code.line(f"const float {name} = {expr};  // {node.op}")
+                    else:
+                        lvalue = self.buffers[value].lvalue(domain.compose_map(j, space.outputs[0]), var)
+                        code.line(f"{lvalue} = {store(value, expr)};  // {node.op}")
+            self._close(code, depth)
 
     def _reduction_nest(self, code: Code, loops: Sequence[int], looped: list[int]) -> None:
         if not loops:

@@ -123,8 +123,10 @@ CPP_RUNTIME = frozenset("""
     linux unix i386 main
 """.split())
 # index families of the emitters: lo0 hi0 rlo0 rhi0 t0 i0 b0 a0 acc0 w0 (attention), tgm0
-# (mask tables); the helpers' and entry's tg_ and TG_ names, kernel functions, reserved spellings
-_CPP_FAMILIES = re.compile(r"(?:lo|hi|rlo|rhi|t|i|b|a|acc|w|l)\d+|tg_\w*|TG_\w*|tgm\d*|kernel_\w*|_\w*|\w*__\w*")
+# (mask tables), e0 and a0_1 (elementwise chains); the helpers' and entry's tg_ and TG_ names,
+# kernel functions, reserved spellings
+_CPP_FAMILIES = re.compile(r"(?:lo|hi|rlo|rhi|t|i|b|a|acc|w|l|e)\d+|a\d+_\d+|tg_\w*|TG_\w*|tgm\d*|kernel_\w*|_\w*|"
+                           r"\w*__\w*")
 
 
 def cpp_reserved(name: str) -> bool:

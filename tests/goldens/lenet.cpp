@@ -112,12 +112,11 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
   // tile: d0=1 (parallel), d1=6 (parallel), d2=28 (parallel), d3=28 (parallel), d4=5 (reduction), d5=5 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(37632));
+      char* scratch = static_cast<char*>(tg_alloc(18816));
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 1;
         const int64_t hi0 = lo0 + 1;
         float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ c1 = reinterpret_cast<float*>(scratch + 18816);
         {
           // conv2d
           static const uint16_t tgm0[1250] = {
@@ -212,30 +211,16 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
           }
         }
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 6; i1 += 1) {
               for (int64_t i2 = 0; i2 < 28; i2 += 1) {
                 for (int64_t i3 = 0; i3 < 28; i3 += 1) {
                   {
-                    const float a0 = v0[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3];
-                    const float a1 = v1[i1];
-                    c1[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3] = static_cast<float>((a0 + a1));
-                  }
-                }
-              }
-            }
-          }
-        }
-        {
-          // relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 6; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 28; i2 += 1) {
-                for (int64_t i3 = 0; i3 < 28; i3 += 1) {
-                  {
-                    const float a0 = c1[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3];
-                    v2[4704 * i0 + 784 * i1 + 28 * i2 + i3] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                    const float a0_0 = v0[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3];
+                    const float a0_1 = v1[i1];
+                    const float e0 = (a0_0 + a0_1);  // add
+                    v2[4704 * i0 + 784 * i1 + 28 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                   }
                 }
               }
@@ -348,13 +333,12 @@ static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ con
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(25600));
+      char* scratch = static_cast<char*>(tg_alloc(12800));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 2;
         const int64_t hi0 = lo0 + 2;
         float* __restrict__ v3 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ c2 = reinterpret_cast<float*>(scratch + 12800);
         {
           // conv2d
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
@@ -399,30 +383,16 @@ static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ con
           }
         }
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 16; i1 += 1) {
               for (int64_t i2 = 0; i2 < 10; i2 += 1) {
                 for (int64_t i3 = 0; i3 < 10; i3 += 1) {
                   {
-                    const float a0 = v3[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3];
-                    const float a1 = v4[i1];
-                    c2[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3] = static_cast<float>((a0 + a1));
-                  }
-                }
-              }
-            }
-          }
-        }
-        {
-          // relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 16; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 10; i2 += 1) {
-                for (int64_t i3 = 0; i3 < 10; i3 += 1) {
-                  {
-                    const float a0 = c2[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3];
-                    v5[1600 * i0 + 100 * i1 + 10 * i2 + i3] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                    const float a0_0 = v3[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3];
+                    const float a0_1 = v4[i1];
+                    const float e0 = (a0_0 + a0_1);  // add
+                    v5[1600 * i0 + 100 * i1 + 10 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                   }
                 }
               }
@@ -515,12 +485,11 @@ static int kernel_k4(const float* __restrict__ flat, const float* __restrict__ f
   // tile: d0=2 (parallel), d1=120 (parallel), d2=400 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(1920));
+      char* scratch = static_cast<char*>(tg_alloc(960));
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 2;
         const int64_t hi0 = lo0 + 2;
         float* __restrict__ v6 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v7 = reinterpret_cast<float*>(scratch + 960);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 2) {
@@ -557,24 +526,14 @@ static int kernel_k4(const float* __restrict__ flat, const float* __restrict__ f
           }
         }
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 120; i1 += 1) {
               {
-                const float a0 = v6[120 * (i0 - lo0) + i1];
-                const float a1 = fc1_bias[i1];
-                v7[120 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        {
-          // relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 120; i1 += 1) {
-              {
-                const float a0 = v7[120 * (i0 - lo0) + i1];
-                f1[120 * i0 + i1] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                const float a0_0 = v6[120 * (i0 - lo0) + i1];
+                const float a0_1 = fc1_bias[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                f1[120 * i0 + i1] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
               }
             }
           }
@@ -592,12 +551,11 @@ static int kernel_k5(const float* __restrict__ f1, const float* __restrict__ fc2
   // tile: d0=4 (parallel), d1=84 (parallel), d2=120 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(2688));
+      char* scratch = static_cast<char*>(tg_alloc(1344));
       for (int64_t t0 = 0; t0 < 2; ++t0) {
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v8 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v9 = reinterpret_cast<float*>(scratch + 1344);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
@@ -659,24 +617,14 @@ static int kernel_k5(const float* __restrict__ f1, const float* __restrict__ fc2
           }
         }
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 84; i1 += 1) {
               {
-                const float a0 = v8[84 * (i0 - lo0) + i1];
-                const float a1 = fc2_bias[i1];
-                v9[84 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        {
-          // relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 84; i1 += 1) {
-              {
-                const float a0 = v9[84 * (i0 - lo0) + i1];
-                f2[84 * i0 + i1] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                const float a0_0 = v8[84 * (i0 - lo0) + i1];
+                const float a0_1 = fc2_bias[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                f2[84 * i0 + i1] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
               }
             }
           }

@@ -58,18 +58,17 @@ sycl::queue& tg_queue() { static sycl::queue q; return q; }
 static int kernel_k0(sycl::queue& q, const float* x, const float* conv1_weight, const float* v1, float* v2) {
   // tile: d0=1 (parallel), d1=6 (parallel), d2=28 (parallel), d3=28 (parallel), d4=5 (reduction), d5=5 (reduction)
   {
-    char* scratch_all = static_cast<char*>(sycl::malloc_device(301056, q));
     q.submit([&](sycl::handler& h) {
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(18816), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(64), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
         (void)lid;
         const int64_t t0 = tid / 1 % 8;
-        char* scratch = scratch_all + tid * 37632;
+        char* scratch = &lm[0];
         const int64_t lo0 = t0 * 1;
         const int64_t hi0 = lo0 + 1;
         float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ c1 = reinterpret_cast<float*>(scratch + 18816);
         {
           // conv2d
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
@@ -114,31 +113,16 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv1_weight, 
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 6; i1 += 1) {
               for (int64_t i2 = 0; i2 < 28; i2 += 1) {
                 for (int64_t i3 = 0; i3 < 28; i3 += 1) {
                   {
-                    const float a0 = v0[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3];
-                    const float a1 = v1[i1];
-                    c1[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3] = static_cast<float>((a0 + a1));
-                  }
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // relu
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 6; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 28; i2 += 1) {
-                for (int64_t i3 = 0; i3 < 28; i3 += 1) {
-                  {
-                    const float a0 = c1[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3];
-                    v2[4704 * i0 + 784 * i1 + 28 * i2 + i3] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                    const float a0_0 = v0[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3];
+                    const float a0_1 = v1[i1];
+                    const float e0 = (a0_0 + a0_1);  // add
+                    v2[4704 * i0 + 784 * i1 + 28 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                   }
                 }
               }
@@ -148,7 +132,6 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv1_weight, 
         item.barrier(sycl::access::fence_space::global_and_local);
       });
     }).wait();
-    sycl::free(scratch_all, q);
   }
   return 0;
 }
@@ -253,7 +236,7 @@ static int kernel_k2(sycl::queue& q, const float* p1, const float* conv2_weight,
   // tile: d0=2 (parallel), d1=16 (parallel), d2=10 (parallel), d3=10 (parallel), d4=6 (reduction), d5=5 (reduction), d6=5 (reduction)
   {
     q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(25600), h);
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(12800), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(32), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
@@ -263,7 +246,6 @@ static int kernel_k2(sycl::queue& q, const float* p1, const float* conv2_weight,
         const int64_t lo0 = t0 * 2;
         const int64_t hi0 = lo0 + 2;
         float* __restrict__ v3 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ c2 = reinterpret_cast<float*>(scratch + 12800);
         {
           // conv2d
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
@@ -310,31 +292,16 @@ static int kernel_k2(sycl::queue& q, const float* p1, const float* conv2_weight,
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 16; i1 += 1) {
               for (int64_t i2 = 0; i2 < 10; i2 += 1) {
                 for (int64_t i3 = 0; i3 < 10; i3 += 1) {
                   {
-                    const float a0 = v3[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3];
-                    const float a1 = v4[i1];
-                    c2[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3] = static_cast<float>((a0 + a1));
-                  }
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // relu
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 16; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 10; i2 += 1) {
-                for (int64_t i3 = 0; i3 < 10; i3 += 1) {
-                  {
-                    const float a0 = c2[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3];
-                    v5[1600 * i0 + 100 * i1 + 10 * i2 + i3] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                    const float a0_0 = v3[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3];
+                    const float a0_1 = v4[i1];
+                    const float e0 = (a0_0 + a0_1);  // add
+                    v5[1600 * i0 + 100 * i1 + 10 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                   }
                 }
               }
@@ -432,7 +399,7 @@ static int kernel_k4(sycl::queue& q, const float* flat, const float* fc1_weight,
   // tile: d0=2 (parallel), d1=120 (parallel), d2=400 (reduction)
   {
     q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(1920), h);
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(960), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(32), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
@@ -442,7 +409,6 @@ static int kernel_k4(sycl::queue& q, const float* flat, const float* fc1_weight,
         const int64_t lo0 = t0 * 2;
         const int64_t hi0 = lo0 + 2;
         float* __restrict__ v6 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v7 = reinterpret_cast<float*>(scratch + 960);
         {
           // matmul
           for (int64_t b0 = lo0 + lid * 2; b0 < hi0; b0 += 16) {
@@ -503,25 +469,14 @@ static int kernel_k4(sycl::queue& q, const float* flat, const float* fc1_weight,
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 120; i1 += 1) {
               {
-                const float a0 = v6[120 * (i0 - lo0) + i1];
-                const float a1 = fc1_bias[i1];
-                v7[120 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // relu
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 120; i1 += 1) {
-              {
-                const float a0 = v7[120 * (i0 - lo0) + i1];
-                f1[120 * i0 + i1] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                const float a0_0 = v6[120 * (i0 - lo0) + i1];
+                const float a0_1 = fc1_bias[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                f1[120 * i0 + i1] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
               }
             }
           }
@@ -539,7 +494,7 @@ static int kernel_k5(sycl::queue& q, const float* f1, const float* fc2_weight, c
   // tile: d0=4 (parallel), d1=84 (parallel), d2=120 (reduction)
   {
     q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(2688), h);
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(1344), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(16), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
@@ -549,7 +504,6 @@ static int kernel_k5(sycl::queue& q, const float* f1, const float* fc2_weight, c
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v8 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v9 = reinterpret_cast<float*>(scratch + 1344);
         {
           // matmul
           for (int64_t b0 = lo0 + lid * 4; b0 < hi0; b0 += 32) {
@@ -610,25 +564,14 @@ static int kernel_k5(sycl::queue& q, const float* f1, const float* fc2_weight, c
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, relu
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 84; i1 += 1) {
               {
-                const float a0 = v8[84 * (i0 - lo0) + i1];
-                const float a1 = fc2_bias[i1];
-                v9[84 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // relu
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 84; i1 += 1) {
-              {
-                const float a0 = v9[84 * (i0 - lo0) + i1];
-                f2[84 * i0 + i1] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                const float a0_0 = v8[84 * (i0 - lo0) + i1];
+                const float a0_1 = fc2_bias[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                f2[84 * i0 + i1] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
               }
             }
           }

@@ -69,13 +69,12 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ w1_,
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(65536));
+      char* scratch = static_cast<char*>(tg_alloc(32768));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 16; ++t1) {
         const int64_t lo1 = t1 * 64;
         const int64_t hi1 = lo1 + 64;
         float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v1 = reinterpret_cast<float*>(scratch + 32768);
         {
           // matmul
           for (int64_t b0 = 0; b0 < 128; b0 += 8) {
@@ -112,24 +111,14 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ w1_,
           }
         }
         {
-          // add
+          // add, gelu
           for (int64_t i0 = 0; i0 < 128; i0 += 1) {
             for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
               {
-                const float a0 = v0[64 * i0 + (i1 - lo1)];
-                const float a1 = b1_[i1];
-                v1[64 * i0 + (i1 - lo1)] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        {
-          // gelu
-          for (int64_t i0 = 0; i0 < 128; i0 += 1) {
-            for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-              {
-                const float a0 = v1[64 * i0 + (i1 - lo1)];
-                h_[1024 * i0 + i1] = static_cast<float>(((((float)0.5) * a0) * (((float)1.0) + tg_erf((a0 * ((float)0.7071067811865475))))));
+                const float a0_0 = v0[64 * i0 + (i1 - lo1)];
+                const float a0_1 = b1_[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                h_[1024 * i0 + i1] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
               }
             }
           }

@@ -63,18 +63,17 @@ sycl::queue& tg_queue() { static sycl::queue q; return q; }
 static int kernel_k0(sycl::queue& q, const float* x, const float* w1_, const float* b1_, float* h_) {
   // tile: d0=128 (parallel), d1=64 (parallel), d2=256 (reduction)
   {
-    char* scratch_all = static_cast<char*>(sycl::malloc_device(1048576, q));
     q.submit([&](sycl::handler& h) {
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(32768), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(128), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
         (void)lid;
         const int64_t t1 = tid / 1 % 16;
-        char* scratch = scratch_all + tid * 65536;
+        char* scratch = &lm[0];
         const int64_t lo1 = t1 * 64;
         const int64_t hi1 = lo1 + 64;
         float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v1 = reinterpret_cast<float*>(scratch + 32768);
         {
           // matmul
           for (int64_t b0 = 0 + lid * 8; b0 < 128; b0 += 64) {
@@ -113,25 +112,14 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* w1_, const flo
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, gelu
           for (int64_t i0 = 0 + lid; i0 < 128; i0 += 8) {
             for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
               {
-                const float a0 = v0[64 * i0 + (i1 - lo1)];
-                const float a1 = b1_[i1];
-                v1[64 * i0 + (i1 - lo1)] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // gelu
-          for (int64_t i0 = 0 + lid; i0 < 128; i0 += 8) {
-            for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-              {
-                const float a0 = v1[64 * i0 + (i1 - lo1)];
-                h_[1024 * i0 + i1] = static_cast<float>(((((float)0.5) * a0) * (((float)1.0) + tg_erf((a0 * ((float)0.7071067811865475))))));
+                const float a0_0 = v0[64 * i0 + (i1 - lo1)];
+                const float a0_1 = b1_[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                h_[1024 * i0 + i1] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
               }
             }
           }
@@ -139,7 +127,6 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* w1_, const flo
         item.barrier(sycl::access::fence_space::global_and_local);
       });
     }).wait();
-    sycl::free(scratch_all, q);
   }
   return 0;
 }

@@ -49,7 +49,7 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(262144));
+      char* scratch = static_cast<char*>(tg_alloc(196608));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 4; ++t1) {
         const int64_t lo1 = t1 * 16;
@@ -57,7 +57,6 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
         float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
         float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 65536);
         float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 131072);
-        float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 196608);
         {
           // conv2d
           for (int64_t i2 = 0; i2 < 32; i2 += 1) {
@@ -128,27 +127,15 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
           }
         }
         {
-          // add
+          // add, relu
           for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
             for (int64_t i2 = 0; i2 < 32; i2 += 1) {
               for (int64_t i3 = 0; i3 < 32; i3 += 1) {
                 {
-                  const float a0 = v13[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a1 = v14[i1];
-                  v15[1024 * (i1 - lo1) + 32 * i2 + i3] = static_cast<float>((a0 + a1));
-                }
-              }
-            }
-          }
-        }
-        {
-          // relu
-          for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
-                {
-                  const float a0 = v15[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  h_[1024 * i1 + 32 * i2 + i3] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                  const float a0_0 = v13[1024 * (i1 - lo1) + 32 * i2 + i3];
+                  const float a0_1 = v14[i1];
+                  const float e0 = (a0_0 + a0_1);  // add
+                  h_[1024 * i1 + 32 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                 }
               }
             }
@@ -168,16 +155,13 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ con
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(327680));
+      char* scratch = static_cast<char*>(tg_alloc(131072));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 16;
         const int64_t hi0 = lo0 + 16;
         float* __restrict__ v2 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v21 = reinterpret_cast<float*>(scratch + 65536);
-        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 131072);
-        float* __restrict__ v25 = reinterpret_cast<float*>(scratch + 196608);
-        float* __restrict__ v4 = reinterpret_cast<float*>(scratch + 262144);
+        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 65536);
         {
           // conv2d
           for (int64_t i1 = 0; i1 < 32; i1 += 1) {
@@ -220,69 +204,33 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ con
           }
         }
         {
-          // sub
+          // sub, mul
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 32; i1 += 1) {
               for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0 = v2[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a1 = v20[i0];
-                  v21[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 - a1));
+                  const float a0_0 = v2[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a0_1 = v20[i0];
+                  const float e0 = (a0_0 - a0_1);  // sub
+                  const float a1_1 = v22[i0];
+                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((e0 * a1_1));  // mul
                 }
               }
             }
           }
         }
         {
-          // mul
+          // add, add, relu
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 32; i1 += 1) {
               for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0 = v21[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a1 = v22[i0];
-                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 * a1));
-                }
-              }
-            }
-          }
-        }
-        {
-          // add
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = v23[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a1 = v24[i0];
-                  v25[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 + a1));
-                }
-              }
-            }
-          }
-        }
-        {
-          // add
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = x[1024 * i0 + 32 * i1 + i2];
-                  const float a1 = v25[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  v4[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 + a1));
-                }
-              }
-            }
-          }
-        }
-        {
-          // relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = v4[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  v5[1024 * i0 + 32 * i1 + i2] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                  const float a0_0 = v23[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a0_1 = v24[i0];
+                  const float e0 = (a0_0 + a0_1);  // add
+                  const float a1_0 = x[1024 * i0 + 32 * i1 + i2];
+                  const float e1 = (a1_0 + e0);  // add
+                  v5[1024 * i0 + 32 * i1 + i2] = static_cast<float>(tg_max(e1, ((float)0.0)));  // relu
                 }
               }
             }

@@ -29,20 +29,19 @@ sycl::queue& tg_queue() { static sycl::queue q; return q; }
 static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, const float* v10, const float* v12, const float* v14, const float* v22, float* h_) {
   // tile: d0=64 (parallel), d1=16 (parallel), d2=32 (parallel), d3=32 (parallel), d4=64 (reduction), d5=3 (reduction), d6=3 (reduction)
   {
-    char* scratch_all = static_cast<char*>(sycl::malloc_device(1048576, q));
+    char* scratch_all = static_cast<char*>(sycl::malloc_device(786432, q));
     q.submit([&](sycl::handler& h) {
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(32), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
         (void)lid;
         const int64_t t1 = tid / 1 % 4;
-        char* scratch = scratch_all + tid * 262144;
+        char* scratch = scratch_all + tid * 196608;
         const int64_t lo1 = t1 * 16;
         const int64_t hi1 = lo1 + 16;
         float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
         float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 65536);
         float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 131072);
-        float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 196608);
         {
           // conv2d
           for (int64_t i2 = 0 + lid; i2 < 32; i2 += 8) {
@@ -117,28 +116,15 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
         }
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, relu
           for (int64_t i1 = lo1 + lid; i1 < hi1; i1 += 8) {
             for (int64_t i2 = 0; i2 < 32; i2 += 1) {
               for (int64_t i3 = 0; i3 < 32; i3 += 1) {
                 {
-                  const float a0 = v13[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a1 = v14[i1];
-                  v15[1024 * (i1 - lo1) + 32 * i2 + i3] = static_cast<float>((a0 + a1));
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // relu
-          for (int64_t i1 = lo1 + lid; i1 < hi1; i1 += 8) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
-                {
-                  const float a0 = v15[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  h_[1024 * i1 + 32 * i2 + i3] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                  const float a0_0 = v13[1024 * (i1 - lo1) + 32 * i2 + i3];
+                  const float a0_1 = v14[i1];
+                  const float e0 = (a0_0 + a0_1);  // add
+                  h_[1024 * i1 + 32 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                 }
               }
             }
@@ -157,21 +143,18 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
 static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, const float* v22, const float* x, const float* v20, const float* v24, float* v5) {
   // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
-    char* scratch_all = static_cast<char*>(sycl::malloc_device(1310720, q));
+    char* scratch_all = static_cast<char*>(sycl::malloc_device(524288, q));
     q.submit([&](sycl::handler& h) {
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(32), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
         (void)lid;
         const int64_t t0 = tid / 1 % 4;
-        char* scratch = scratch_all + tid * 327680;
+        char* scratch = scratch_all + tid * 131072;
         const int64_t lo0 = t0 * 16;
         const int64_t hi0 = lo0 + 16;
         float* __restrict__ v2 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v21 = reinterpret_cast<float*>(scratch + 65536);
-        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 131072);
-        float* __restrict__ v25 = reinterpret_cast<float*>(scratch + 196608);
-        float* __restrict__ v4 = reinterpret_cast<float*>(scratch + 262144);
+        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 65536);
         {
           // conv2d
           for (int64_t i1 = 0 + lid; i1 < 32; i1 += 8) {
@@ -216,14 +199,16 @@ static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, 
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // sub
+          // sub, mul
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 32; i1 += 1) {
               for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0 = v2[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a1 = v20[i0];
-                  v21[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 - a1));
+                  const float a0_0 = v2[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a0_1 = v20[i0];
+                  const float e0 = (a0_0 - a0_1);  // sub
+                  const float a1_1 = v22[i0];
+                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((e0 * a1_1));  // mul
                 }
               }
             }
@@ -231,58 +216,17 @@ static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, 
         }
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // mul
+          // add, add, relu
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 32; i1 += 1) {
               for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0 = v21[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a1 = v22[i0];
-                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 * a1));
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // add
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = v23[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a1 = v24[i0];
-                  v25[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 + a1));
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // add
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = x[1024 * i0 + 32 * i1 + i2];
-                  const float a1 = v25[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  v4[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 + a1));
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // relu
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = v4[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  v5[1024 * i0 + 32 * i1 + i2] = static_cast<float>(tg_max(a0, ((float)0.0)));
+                  const float a0_0 = v23[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a0_1 = v24[i0];
+                  const float e0 = (a0_0 + a0_1);  // add
+                  const float a1_0 = x[1024 * i0 + 32 * i1 + i2];
+                  const float e1 = (a1_0 + e0);  // add
+                  v5[1024 * i0 + 32 * i1 + i2] = static_cast<float>(tg_max(e1, ((float)0.0)));  // relu
                 }
               }
             }

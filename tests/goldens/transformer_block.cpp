@@ -752,21 +752,17 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(12544));
+      char* scratch = static_cast<char*>(tg_alloc(6336));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 16; ++t0) {
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v9 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v10 = reinterpret_cast<float*>(scratch + 2048);
-        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 4096);
-        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 4160);
-        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 6208);
-        float* __restrict__ v37 = reinterpret_cast<float*>(scratch + 8256);
-        float* __restrict__ v39 = reinterpret_cast<float*>(scratch + 8320);
-        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 8384);
-        float* __restrict__ v41 = reinterpret_cast<float*>(scratch + 8448);
-        float* __restrict__ v42 = reinterpret_cast<float*>(scratch + 10496);
+        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 2048);
+        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 2112);
+        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 4160);
+        float* __restrict__ v37 = reinterpret_cast<float*>(scratch + 6208);
+        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 6272);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
@@ -803,25 +799,15 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
           }
         }
         {
-          // add
+          // add, add
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 128; i1 += 1) {
               {
-                const float a0 = v9[128 * (i0 - lo0) + i1];
-                const float a1 = self_attention_bo[i1];
-                v10[128 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        {
-          // add
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = x[128 * i0 + i1];
-                const float a1 = v10[128 * (i0 - lo0) + i1];
-                h_[128 * i0 + i1] = static_cast<float>((a0 + a1));
+                const float a0_0 = v9[128 * (i0 - lo0) + i1];
+                const float a0_1 = self_attention_bo[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                const float a1_0 = x[128 * i0 + i1];
+                h_[128 * i0 + i1] = static_cast<float>((a1_0 + e0));  // add
               }
             }
           }
@@ -915,56 +901,28 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
           }
         }
         {
-          // add
+          // add, rsqrt
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             {
-              const float a0 = v37[(i0 - lo0)];
-              const float a1 = ((float)1e-05);
-              v39[(i0 - lo0)] = static_cast<float>((a0 + a1));
+              const float a0_0 = v37[(i0 - lo0)];
+              const float a0_1 = ((float)1e-05);
+              const float e0 = (a0_0 + a0_1);  // add
+              v40[(i0 - lo0)] = static_cast<float>(tg_rsqrt(e0));  // rsqrt
             }
           }
         }
         {
-          // rsqrt
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            {
-              const float a0 = v39[(i0 - lo0)];
-              v40[(i0 - lo0)] = static_cast<float>(tg_rsqrt(a0));
-            }
-          }
-        }
-        {
-          // mul
+          // mul, mul, add
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 128; i1 += 1) {
               {
-                const float a0 = v35[128 * (i0 - lo0) + i1];
-                const float a1 = v40[(i0 - lo0)];
-                v41[128 * (i0 - lo0) + i1] = static_cast<float>((a0 * a1));
-              }
-            }
-          }
-        }
-        {
-          // mul
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = v41[128 * (i0 - lo0) + i1];
-                const float a1 = norm_1_scale[i1];
-                v42[128 * (i0 - lo0) + i1] = static_cast<float>((a0 * a1));
-              }
-            }
-          }
-        }
-        {
-          // add
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = v42[128 * (i0 - lo0) + i1];
-                const float a1 = norm_1_shift[i1];
-                v43[128 * i0 + i1] = static_cast<float>((a0 + a1));
+                const float a0_0 = v35[128 * (i0 - lo0) + i1];
+                const float a0_1 = v40[(i0 - lo0)];
+                const float e0 = (a0_0 * a0_1);  // mul
+                const float a1_1 = norm_1_scale[i1];
+                const float e1 = (e0 * a1_1);  // mul
+                const float a2_1 = norm_1_shift[i1];
+                v43[128 * i0 + i1] = static_cast<float>((e1 + a2_1));  // add
               }
             }
           }
@@ -983,13 +941,12 @@ static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ m
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(16384));
+      char* scratch = static_cast<char*>(tg_alloc(8192));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 16; ++t0) {
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v12 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 8192);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
@@ -1026,24 +983,14 @@ static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ m
           }
         }
         {
-          // add
+          // add, gelu
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 512; i1 += 1) {
               {
-                const float a0 = v12[512 * (i0 - lo0) + i1];
-                const float a1 = mlp_b1[i1];
-                v13[512 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        {
-          // gelu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 512; i1 += 1) {
-              {
-                const float a0 = v13[512 * (i0 - lo0) + i1];
-                v14[512 * i0 + i1] = static_cast<float>(((((float)0.5) * a0) * (((float)1.0) + tg_erf((a0 * ((float)0.7071067811865475))))));
+                const float a0_0 = v12[512 * (i0 - lo0) + i1];
+                const float a0_1 = mlp_b1[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                v14[512 * i0 + i1] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
               }
             }
           }
@@ -1062,13 +1009,12 @@ static int kernel_k11(const float* __restrict__ v14, const float* __restrict__ m
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(4096));
+      char* scratch = static_cast<char*>(tg_alloc(2048));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 16; ++t0) {
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v16 = reinterpret_cast<float*>(scratch + 2048);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
@@ -1105,25 +1051,15 @@ static int kernel_k11(const float* __restrict__ v14, const float* __restrict__ m
           }
         }
         {
-          // add
+          // add, add
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i1 = 0; i1 < 128; i1 += 1) {
               {
-                const float a0 = v15[128 * (i0 - lo0) + i1];
-                const float a1 = mlp_b2[i1];
-                v16[128 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        {
-          // add
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = h_[128 * i0 + i1];
-                const float a1 = v16[128 * (i0 - lo0) + i1];
-                v17[128 * i0 + i1] = static_cast<float>((a0 + a1));
+                const float a0_0 = v15[128 * (i0 - lo0) + i1];
+                const float a0_1 = mlp_b2[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                const float a1_0 = h_[128 * i0 + i1];
+                v17[128 * i0 + i1] = static_cast<float>((a1_0 + e0));  // add
               }
             }
           }

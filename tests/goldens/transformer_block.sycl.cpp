@@ -808,7 +808,7 @@ static int kernel_k9(sycl::queue& q, const float* v8, const float* self_attentio
   // tile: d0=4 (parallel), d1=128 (full), d2=128 (reduction)
   {
     q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(12544), h);
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(6336), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(128), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
@@ -818,15 +818,11 @@ static int kernel_k9(sycl::queue& q, const float* v8, const float* self_attentio
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v9 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v10 = reinterpret_cast<float*>(scratch + 2048);
-        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 4096);
-        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 4160);
-        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 6208);
-        float* __restrict__ v37 = reinterpret_cast<float*>(scratch + 8256);
-        float* __restrict__ v39 = reinterpret_cast<float*>(scratch + 8320);
-        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 8384);
-        float* __restrict__ v41 = reinterpret_cast<float*>(scratch + 8448);
-        float* __restrict__ v42 = reinterpret_cast<float*>(scratch + 10496);
+        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 2048);
+        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 2112);
+        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 4160);
+        float* __restrict__ v37 = reinterpret_cast<float*>(scratch + 6208);
+        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 6272);
         {
           // matmul
           for (int64_t b0 = lo0 + lid * 4; b0 < hi0; b0 += 32) {
@@ -865,26 +861,15 @@ static int kernel_k9(sycl::queue& q, const float* v8, const float* self_attentio
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, add
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 128; i1 += 1) {
               {
-                const float a0 = v9[128 * (i0 - lo0) + i1];
-                const float a1 = self_attention_bo[i1];
-                v10[128 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // add
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = x[128 * i0 + i1];
-                const float a1 = v10[128 * (i0 - lo0) + i1];
-                h_[128 * i0 + i1] = static_cast<float>((a0 + a1));
+                const float a0_0 = v9[128 * (i0 - lo0) + i1];
+                const float a0_1 = self_attention_bo[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                const float a1_0 = x[128 * i0 + i1];
+                h_[128 * i0 + i1] = static_cast<float>((a1_0 + e0));  // add
               }
             }
           }
@@ -983,60 +968,29 @@ static int kernel_k9(sycl::queue& q, const float* v8, const float* self_attentio
         }
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, rsqrt
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             {
-              const float a0 = v37[(i0 - lo0)];
-              const float a1 = ((float)1e-05);
-              v39[(i0 - lo0)] = static_cast<float>((a0 + a1));
+              const float a0_0 = v37[(i0 - lo0)];
+              const float a0_1 = ((float)1e-05);
+              const float e0 = (a0_0 + a0_1);  // add
+              v40[(i0 - lo0)] = static_cast<float>(tg_rsqrt(e0));  // rsqrt
             }
           }
         }
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // rsqrt
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            {
-              const float a0 = v39[(i0 - lo0)];
-              v40[(i0 - lo0)] = static_cast<float>(tg_rsqrt(a0));
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // mul
+          // mul, mul, add
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 128; i1 += 1) {
               {
-                const float a0 = v35[128 * (i0 - lo0) + i1];
-                const float a1 = v40[(i0 - lo0)];
-                v41[128 * (i0 - lo0) + i1] = static_cast<float>((a0 * a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // mul
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = v41[128 * (i0 - lo0) + i1];
-                const float a1 = norm_1_scale[i1];
-                v42[128 * (i0 - lo0) + i1] = static_cast<float>((a0 * a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // add
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = v42[128 * (i0 - lo0) + i1];
-                const float a1 = norm_1_shift[i1];
-                v43[128 * i0 + i1] = static_cast<float>((a0 + a1));
+                const float a0_0 = v35[128 * (i0 - lo0) + i1];
+                const float a0_1 = v40[(i0 - lo0)];
+                const float e0 = (a0_0 * a0_1);  // mul
+                const float a1_1 = norm_1_scale[i1];
+                const float e1 = (e0 * a1_1);  // mul
+                const float a2_1 = norm_1_shift[i1];
+                v43[128 * i0 + i1] = static_cast<float>((e1 + a2_1));  // add
               }
             }
           }
@@ -1054,7 +1008,7 @@ static int kernel_k10(sycl::queue& q, const float* v43, const float* mlp_w1, con
   // tile: d0=4 (parallel), d1=512 (parallel), d2=128 (reduction)
   {
     q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(16384), h);
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(8192), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(128), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
@@ -1064,7 +1018,6 @@ static int kernel_k10(sycl::queue& q, const float* v43, const float* mlp_w1, con
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v12 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 8192);
         {
           // matmul
           for (int64_t b0 = lo0 + lid * 4; b0 < hi0; b0 += 32) {
@@ -1103,25 +1056,14 @@ static int kernel_k10(sycl::queue& q, const float* v43, const float* mlp_w1, con
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, gelu
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 512; i1 += 1) {
               {
-                const float a0 = v12[512 * (i0 - lo0) + i1];
-                const float a1 = mlp_b1[i1];
-                v13[512 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // gelu
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 512; i1 += 1) {
-              {
-                const float a0 = v13[512 * (i0 - lo0) + i1];
-                v14[512 * i0 + i1] = static_cast<float>(((((float)0.5) * a0) * (((float)1.0) + tg_erf((a0 * ((float)0.7071067811865475))))));
+                const float a0_0 = v12[512 * (i0 - lo0) + i1];
+                const float a0_1 = mlp_b1[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                v14[512 * i0 + i1] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
               }
             }
           }
@@ -1139,7 +1081,7 @@ static int kernel_k11(sycl::queue& q, const float* v14, const float* mlp_w2, con
   // tile: d0=4 (parallel), d1=128 (parallel), d2=512 (reduction)
   {
     q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(4096), h);
+      sycl::local_accessor<char, 1> lm(sycl::range<1>(2048), h);
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(128), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
@@ -1149,7 +1091,6 @@ static int kernel_k11(sycl::queue& q, const float* v14, const float* mlp_w2, con
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
         float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v16 = reinterpret_cast<float*>(scratch + 2048);
         {
           // matmul
           for (int64_t b0 = lo0 + lid * 4; b0 < hi0; b0 += 32) {
@@ -1188,26 +1129,15 @@ static int kernel_k11(sycl::queue& q, const float* v14, const float* mlp_w2, con
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // add
+          // add, add
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 128; i1 += 1) {
               {
-                const float a0 = v15[128 * (i0 - lo0) + i1];
-                const float a1 = mlp_b2[i1];
-                v16[128 * (i0 - lo0) + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // add
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0 = h_[128 * i0 + i1];
-                const float a1 = v16[128 * (i0 - lo0) + i1];
-                v17[128 * i0 + i1] = static_cast<float>((a0 + a1));
+                const float a0_0 = v15[128 * (i0 - lo0) + i1];
+                const float a0_1 = mlp_b2[i1];
+                const float e0 = (a0_0 + a0_1);  // add
+                const float a1_0 = h_[128 * i0 + i1];
+                v17[128 * i0 + i1] = static_cast<float>((a1_0 + e0));  // add
               }
             }
           }
