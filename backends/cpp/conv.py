@@ -6,8 +6,9 @@ GF/s against 300-450 for stride 1). Here the block's vector loop `v` is the outp
 instead, the block's rows `u` the output row's positions: each step of the reduction loads NR
 weights as whole vectors and broadcasts MR input elements. The weights must then be contiguous
 along the channels, so the weight tensor is repacked once, when the program loads (`WeightPack`,
-evaluated with the folded values, `fold.py`): its channel axis moved last and padded to whole
-vectors. Which nodes qualify is read off the affine maps, not the op name: a sum of products
+evaluated with the folded values, `fold.py`), in blocks of one vector of channels (OIHW ->
+O/16 I H W 16o, zero-padded): each vector a block loads walks one contiguous stream over the
+whole reduction. Activations keep their NCHW layout. Which nodes qualify is read off the affine maps, not the op name: a sum of products
 with a load-time constant operand indexed by one loop per axis, and another operand that does
 not move with that operand's channel loop but is strided along the output's unit-stride loop.
 Depthwise convolutions (the input moves with every output channel) keep the row blocks.
