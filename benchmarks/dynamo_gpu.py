@@ -2,6 +2,7 @@
 
     python benchmarks/dynamo_gpu.py            # writes benchmarks/results/dynamo_gpu.md
     python benchmarks/dynamo_gpu.py --quick    # fewer rows and layers, under 6 minutes on an H100
+    python benchmarks/dynamo_gpu.py --cpu      # only the C++ path vs Inductor-CPU, to results/dynamo_cpu.md
     python benchmarks/dynamo_gpu.py --dry-run  # no GPU: tiny models through the Triton interpreter on
                                                # the CPU, checks this script end to end; writes nothing
 
@@ -92,7 +93,10 @@ def builders() -> dict:
             "vit_base": found["vit_base"], "resnet50": found["resnet50"]}
 
 
-def rows(quick: bool) -> list[RowSpec]:
+def rows(quick: bool, cpu: bool = False) -> list[RowSpec]:
+    if cpu:  # the C++ path against Inductor-CPU, every model at batch 1 (runs on any machine)
+        return [RowSpec(m, "cpu", "f32", 1, 2 if quick and m not in ("overhead_mlp", "resnet50") else None)
+                for m in builders()]
     if DRY_RUN:
         return [RowSpec(m, "cuda", "f32", 1) for m in builders()] + [RowSpec("gpt2_small", "cuda", "bf16", 1),
                                                                      RowSpec("resnet50", "cpu", "f32", 1)]
@@ -270,17 +274,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="tiny models through the Triton interpreter (no GPU)")
     parser.add_argument("--budget", type=float, default=None, help="seconds after which no new row starts")
     parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--cpu", action="store_true", help="only the CPU rows (C++ vs Inductor-CPU), no GPU needed")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.cpu and args.out == RESULTS:
+        args.out = RESULTS.with_name("dynamo_cpu.md")
     DRY_RUN = args.dry_run
     if DRY_RUN:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    if not DRY_RUN and not torch.cuda.is_available():
+    if not DRY_RUN and not args.cpu and not torch.cuda.is_available():
         print("no CUDA device: nothing measured (use --dry-run to check the script on the CPU)")
         return 0
-    specs = [s for s in rows(args.quick) if not args.only or s.model in args.only.split(",")]
+    specs = [s for s in rows(args.quick, args.cpu) if not args.only or s.model in args.only.split(",")]
     results, skipped, start = [], [], time.perf_counter()
     for spec in specs:
         if args.budget is not None and time.perf_counter() - start > args.budget:
@@ -294,10 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         results.append(row)
         print(f"{spec}: {row.times} compile {row.compile_s} targets {row.targets} fallbacks {len(row.fallbacks)} "
               f"d2h {row.d2h} err {row.error} {row.note} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    device = "the Triton interpreter (dry run)" if DRY_RUN else torch.cuda.get_device_name()
+    device = ("the Triton interpreter (dry run)" if DRY_RUN else
+              f"the CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)" if args.cpu
+              else torch.cuda.get_device_name())
     header = (f"# torch.compile(backend=\"tilegraph\") vs Inductor and eager on {device}\n\n"
               f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by `python benchmarks/dynamo_gpu.py"
-              f"{' --quick' if args.quick else ''}`; torch {torch.__version__}. Per-call ms from "
+              f"{' --quick' if args.quick else ''}{' --cpu' if args.cpu else ''}`; torch {torch.__version__}. Per-call ms from "
               "triton.testing.do_bench (CPU rows: median wall time); ratios > 1 mean tilegraph is faster. "
               "ind-ro = Inductor with mode=\"reduce-overhead\" (CUDA graphs); tilegraph replays CUDA graphs by "
               "default. compile s = the first call (Dynamo capture + compile + run), in-process caches emptied. "

@@ -23,27 +23,33 @@ from tilegraph.ir.program import Program
 from .kernel import KernelSource, emit_kernel
 from .module import GeneratedModule, generate
 from .names import mangle
+from .options import TritonOptions
 from .runtime import TritonProgram
 
 def build(program: Program, params: Mapping, *, device: str | None = None, autotune: bool = True,
-          aot_arch: int | None = None) -> TritonProgram:
+          aot_arch: int | None = None, tf32: bool | None = None, options: TritonOptions | dict | None = None
+          ) -> TritonProgram:
     """Generate the module for a fused, tiled Program and bind its parameters.
 
     `device`: a torch device for the tensors (default: cuda, or cpu under the interpreter);
     `autotune`: time candidate launch configs on the first CUDA run (cached per shape);
     `aot_arch`: also compile every kernel for CUDA sm_<aot_arch> (no GPU needed) and report its
-    shared memory, registers and spills.
+    shared memory, registers and spills;
+    `tf32` / `options`: the precision of f32 matmuls and convolutions (`TritonOptions`; default:
+    what torch's flags say when the program is built).
     """
-    compiled = TritonProgram(program, params, device=device, autotune_=autotune)
+    compiled = TritonProgram(program, params, device=device, autotune_=autotune,
+                             options=TritonOptions.resolve(tf32, options))
     if aot_arch is not None:
         compiled.compile_ahead(aot_arch)
     return compiled
 
 
-def generate_source(program: Program) -> str:
+def generate_source(program: Program, *, tf32: bool | None = None,
+                    options: TritonOptions | dict | None = None) -> str:
     """The generated Python module of a Program, without loading triton."""
-    return generate(program).text
+    return generate(program, options=TritonOptions.resolve(tf32, options)).text
 
 
-__all__ = ["build", "generate_source", "TritonProgram", "GeneratedModule", "KernelSource",
+__all__ = ["build", "generate_source", "TritonOptions", "TritonProgram", "GeneratedModule", "KernelSource",
            "emit_kernel", "mangle"]

@@ -32,6 +32,7 @@ from tilegraph.ir.types import DType
 
 from .autotune import canonical
 from .kernel import KernelSource, emit_kernel
+from .options import TritonOptions
 from .names import identifier, kernel_functions, mangle, tensor_names
 from .scalar import HELPERS
 
@@ -116,10 +117,12 @@ def _helpers(used: str) -> str:
     return "".join(f"\n{by_name[name].rstrip()}\n\n" for name in by_name if name in wanted)
 
 
-def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
+def generate(program: Program, interpreter: bool = False, options: TritonOptions | None = None) -> GeneratedModule:
     """The whole module for a fused, tiled Program (TilegraphError names any unsupported kernel).
     `interpreter`: for Triton's CPU interpreter, whose bf16 tl.dot returns garbage (Triton 3.9), bf16
-    products are widened to f32 there; the GPU source keeps them on the tensor cores."""
+    products are widened to f32 there; the GPU source keeps them on the tensor cores. `options`: the
+    f32 products' precision (default: torch's flags now, `TritonOptions.from_torch`)."""
+    options = options if options is not None else TritonOptions.from_torch()
 
     graph = program.graph
     names, _ = tensor_names(program)
@@ -145,7 +148,7 @@ def generate(program: Program, interpreter: bool = False) -> GeneratedModule:
             steps.extend(_layout_step(kernel, names, arena))
             sources.append(None)
         else:
-            source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names)
+            source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names, options)
             sources.append(source)
             same = first_of.setdefault(canonical(source.text), source.function)
             if same == source.function:

@@ -16,6 +16,7 @@ from tilegraph.ir.types import DType, to_dtype
 
 from . import autotune, hopper
 from .module import TORCH_DTYPE, generate
+from .options import TritonOptions
 
 
 def _torch():
@@ -58,8 +59,10 @@ class TritonProgram(CompiledProgram):
 
     backend = "triton"
 
-    def __init__(self, program: Program, params: Mapping, device: str | None = None, autotune_: bool = True) -> None:
-        generated = generate(program, interpreter=_interpreting())
+    def __init__(self, program: Program, params: Mapping, device: str | None = None, autotune_: bool = True,
+                 options: TritonOptions | None = None) -> None:
+        self.options = options if options is not None else TritonOptions.from_torch()
+        generated = generate(program, interpreter=_interpreting(), options=self.options)
         super().__init__(program, params, generated.text)
         self.generated = generated
         self.device = device

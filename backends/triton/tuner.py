@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import autotune, variants
-from .options import TritonOptions
 
 VARIANT_STAGES = 3  # pipeline stages the variants are compared at (4 warps, 8 for 128x128 blocks and up)
 MIN_KERNEL_S = 3.0  # each kernel's share of the budget: the rest over the kernels left, at least this
@@ -52,19 +51,13 @@ def state_of(compiled) -> TuningState:
     return state
 
 
-def options_of(text: str) -> TritonOptions:
-    """The precision a kernel was generated with, read back from its source (variants must keep it)."""
-    tf32 = 'input_precision="tf32"' in text
-    return TritonOptions(matmul_tf32=tf32, conv_tf32=tf32)
-
-
 def variant_functions(compiled, position: int, source, chosen: list[variants.Variant]):
     """Load the variants of kernel `position` (after the generated module's text, for its helpers):
     [(variant, jit function, grid)]."""
     from .runtime import _interpreting, load_module
 
     kernel = compiled.program.kernels[position]
-    options = options_of(source.text)
+    options = compiled.options  # variants keep the precision the program was built with
     emitted = []
     for n, variant in enumerate(chosen):
         emitted.append((variant, variants.emit_variant(kernel, variant, f"{source.function}_v{n}", _interpreting(),
@@ -133,7 +126,7 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key)
 
     kernel = compiled.program.kernels[position]
     try:
-        proposed = variants.dot_variants(kernel, compiled.program.target, options=options_of(source.text))
+        proposed = variants.dot_variants(kernel, compiled.program.target, options=compiled.options)
         if len(proposed) <= 1:
             return None, {}
         loaded = variant_functions(compiled, position, source, proposed)
@@ -174,4 +167,4 @@ def _install_choice(compiled, state, position, source, choice: autotune.Choice, 
         return False
 
 
-__all__ = ["tune_kernel", "VariantLaunch", "TuningState", "variant_functions", "install", "options_of"]
+__all__ = ["tune_kernel", "VariantLaunch", "TuningState", "variant_functions", "install"]

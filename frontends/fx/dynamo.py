@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -225,7 +225,7 @@ class TritonRunner(Runner):
 
 
 def tilegraph_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
-                      options: Mapping[str, Any] | None = None) -> TilegraphGraph:
+                      options: Mapping[str, Any] | None = None) -> Callable[..., Any]:
     """The Dynamo compiler function registered as `backend="tilegraph"` (`options`: see DynamoOptions).
     Graphs that need gradients go through AOTAutograd (`training.py`)."""
     from .training import compile_with_autograd, needs_autograd

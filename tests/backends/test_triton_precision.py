@@ -123,3 +123,17 @@ def test_interpreter_numerics_follow_the_precision(flags, tf32):
         rounded = to_tf32(a).astype(np.float64) @ to_tf32(b).astype(np.float64)
         np.testing.assert_allclose(fn(a, b)[0], rounded, rtol=1e-5, atol=1e-4)
 
+
+
+def test_an_explicit_build_option_overrides_torchs_flags(flags):
+    """`tilegraph.compile(..., target="triton", tf32=...)` / `options=`: the source follows the option,
+    whatever torch's flags say, and the program keeps it (the tuner's variants use it too)."""
+    flags(True, True)
+    ieee = tilegraph.compile(parse(MIXED), target="triton", tf32=False)
+    assert ieee.options == TritonOptions(False, False) and '"tf32"' not in ieee.source
+    flags(False, False)
+    conv_only = tilegraph.compile(parse(MIXED), target="triton", options={"conv_tf32": True})
+    assert conv_only.options == TritonOptions(False, True)
+    assert conv_only.source.count('input_precision="tf32"') == 1
+    with pytest.raises(TilegraphError, match="known are tf32"):
+        tilegraph.compile(parse(MIXED), target="triton", options={"tf33": True})
