@@ -12,7 +12,6 @@ F = torch.nn.functional
 
 import tilegraph.frontends.fx  # noqa: E402,F401  (registers the backend)
 from tilegraph.frontends.fx import TilegraphFallbackWarning  # noqa: E402
-from tilegraph.frontends.fx import dynamo as tilegraph_dynamo  # noqa: E402
 from tilegraph.frontends.fx.convert import convert_graph_module  # noqa: E402
 from tilegraph.ir import DType, TilegraphError  # noqa: E402
 
@@ -22,26 +21,9 @@ IR = {torch.float32: DType.f32, torch.float16: DType.f16, torch.bfloat16: DType.
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    torch.manual_seed(0)
+def _autocast_left_off(fresh_dynamo):
     yield
-    torch._dynamo.reset()
     assert not torch.is_autocast_enabled("cpu"), "a test left autocast on"
-
-
-@pytest.fixture
-def executed(monkeypatch):
-    """The IR graphs tilegraph compiled, with the target each was built for."""
-    calls = []
-    original = tilegraph_dynamo.compile_graph
-
-    def recording(graph, target="cpp"):
-        calls.append((graph, target))
-        return original(graph, target)
-
-    monkeypatch.setattr(tilegraph_dynamo, "compile_graph", recording)
-    return calls
 
 
 def mlp():
@@ -83,14 +65,14 @@ def matmul_dtypes(graph):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_models_in_each_dtype_match_eager(name, dtype, executed):
+def test_models_in_each_dtype_match_eager(name, dtype, built):
     build, shape = MODELS[name]
     model = build().to(dtype)
     x = torch.randn(*shape).to(dtype)
     got = compiled_call(model, x)
     with torch.no_grad():
         assert_matches(got, model(x))
-    ((graph, target),) = executed
+    ((graph, target),) = built
     assert target == "cpp" and graph.inputs[0].dtype is IR[dtype]
     assert matmul_dtypes(graph) and all(d == (IR[dtype], IR[dtype]) for d in matmul_dtypes(graph))
 
@@ -110,7 +92,7 @@ class AutocastMLP(nn.Module):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_autocast_region_casts_as_torch_does(dtype, executed):
+def test_autocast_region_casts_as_torch_does(dtype, built):
     model = AutocastMLP(dtype).eval()
     x, y = torch.randn(3, 8), torch.rand(3, 4)
     got = compiled_call(model, x, y)
@@ -118,7 +100,7 @@ def test_autocast_region_casts_as_torch_does(dtype, executed):
         want = model(x, y)
     assert [t.dtype for t in want] == [dtype, torch.float32, torch.float32]  # torch's policy on the CPU
     assert_matches(got, want, dtype)
-    ((graph, _),) = executed
+    ((graph, _),) = built
     assert matmul_dtypes(graph) == [(IR[dtype], IR[dtype])] * 2, "linear runs in the autocast dtype"
     means = [n for n in graph.nodes if n.op in ("mean", "sum")]
     assert means and all(n.inputs[0].dtype is DType.f32 for n in means), "the losses reduce in f32"
@@ -140,13 +122,13 @@ class PartlyAutocast(nn.Module):
         return h.float().softmax(-1) + x[:, :4]
 
 
-def test_ops_outside_the_region_and_in_a_disabled_region_stay_in_f32(executed):
+def test_ops_outside_the_region_and_in_a_disabled_region_stay_in_f32(built):
     model = PartlyAutocast().eval()
     x = torch.randn(5, 8)
     got = compiled_call(model, x)
     with torch.no_grad():
         assert_matches(got, model(x), torch.bfloat16)
-    ((graph, _),) = executed
+    ((graph, _),) = built
     bf16, f32 = (DType.bf16, DType.bf16), (DType.f32, DType.f32)
     assert matmul_dtypes(graph) == [bf16, f32, bf16]
 
@@ -161,7 +143,7 @@ class AutocastCNN(nn.Module):
             return self.net(x)
 
 
-def test_autocast_conv_and_batch_norm_match_eager(executed):
+def test_autocast_conv_and_batch_norm_match_eager(built):
     model = AutocastCNN().eval()
     x = torch.randn(2, 3, 8, 8)
     got = compiled_call(model, x)
@@ -169,7 +151,7 @@ def test_autocast_conv_and_batch_norm_match_eager(executed):
         want = model(x)
     assert want.dtype is torch.bfloat16
     assert_matches(got, want)
-    ((graph, _),) = executed
+    ((graph, _),) = built
     assert matmul_dtypes(graph)[0] == (DType.bf16, DType.bf16), "conv runs in bf16"
 
 
@@ -191,7 +173,7 @@ def test_a_failed_conversion_inside_a_region_leaves_autocast_off():
     assert convert_graph_module(gm, args).graph.outputs[0].dtype is DType.bf16  # and converting still works
 
 
-def test_a_mixed_precision_training_step_gives_eager_gradients(executed):
+def test_a_mixed_precision_training_step_gives_eager_gradients(built):
     """The usual use of autocast: forward and loss under autocast, backward outside (AOTAutograd)."""
     net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
 
@@ -207,5 +189,5 @@ def test_a_mixed_precision_training_step_gives_eager_gradients(executed):
         warnings.simplefilter("error", TilegraphFallbackWarning)
         loss = torch.compile(loss_of, backend="tilegraph")(x, y)
         loss.backward()
-    assert loss.dtype is torch.float32 and len(executed) == 2, "forward and backward graphs both compiled"
+    assert loss.dtype is torch.float32 and len(built) == 2, "forward and backward graphs both compiled"
     assert_matches([p.grad for p in net.parameters()], want, torch.bfloat16)

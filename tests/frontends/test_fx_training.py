@@ -22,30 +22,10 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 import tilegraph.frontends.fx  # noqa: E402,F401  (registers the backend)
 from tilegraph.backends.reference import run  # noqa: E402
 from tilegraph.frontends.fx import TilegraphFallbackWarning, training  # noqa: E402
-from tilegraph.frontends.fx import dynamo as tilegraph_dynamo  # noqa: E402
 from tilegraph.frontends.fx.convert import convert_graph_module  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
-
-
-@pytest.fixture
-def compiled(monkeypatch):
-    """(graph, target) for every graph tilegraph compiled (not those left to eager PyTorch)."""
-    calls = []
-    original = tilegraph_dynamo.compile_graph
-
-    def counting(graph, target="cpp"):
-        calls.append((graph, target))
-        return original(graph, target)
-
-    monkeypatch.setattr(tilegraph_dynamo, "compile_graph", counting)
-    return calls
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 # ----- the models ----------------------------------------------------------------------------------------
@@ -141,15 +121,15 @@ def train_like_eager(name, options=None, steps=2, tolerance=1e-4, shape=None, de
 
 # ----- training ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_training_gives_eager_gradients_on_the_cpp_path(name, compiled):
+def test_training_gives_eager_gradients_on_the_cpp_path(name, built):
     train_like_eager(name)
     # one forward and one backward graph, each compiled once: the optimizer's in-place updates are read
     # at each call (weights are graph inputs here), not copied into the program
-    assert len(compiled) == 2
-    assert {target for _, target in compiled} == {"cpp"}
+    assert len(built) == 2
+    assert {target for _, target in built} == {"cpp"}
 
 
-def test_training_with_dynamic_shapes_converts_per_call_shape(compiled):
+def test_training_with_dynamic_shapes_converts_per_call_shape(built):
     model = MLP()
     reference = copy.deepcopy(model)
     run_model = torch.compile(model, backend="tilegraph", dynamic=True)
@@ -162,7 +142,7 @@ def test_training_with_dynamic_shapes_converts_per_call_shape(compiled):
     for (path, p), q in zip(model.named_parameters(), reference.parameters()):
         assert_close(p.grad, q.grad, f"gradient of {path}")
     # a forward and a backward graph per batch size, the batch's rows among the forward's inputs
-    shapes = [{v.type.shape for v in graph.inputs} for graph, _ in compiled]
+    shapes = [{v.type.shape for v in graph.inputs} for graph, _ in built]
     assert len(shapes) == 4 and (2, 8) in shapes[0] and (7, 8) in shapes[2]
 
 
@@ -184,7 +164,7 @@ class Decoder(nn.Module):
 
 
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)], ids=["f32", "bf16"])
-def test_a_decoder_with_its_loss_inside_the_graph_trains_like_eager(dtype, tolerance, compiled):
+def test_a_decoder_with_its_loss_inside_the_graph_trains_like_eager(dtype, tolerance, built):
     model = Decoder().to(dtype)  # bf16: attention and layer-norm statistics stay f32, as torch keeps them
     reference = copy.deepcopy(model)
     tokens, targets = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
@@ -197,17 +177,17 @@ def test_a_decoder_with_its_loss_inside_the_graph_trains_like_eager(dtype, toler
     assert_close(loss, want, "loss", tolerance)
     for (path, p), q in zip(model.named_parameters(), reference.parameters()):
         assert_close(p.grad, q.grad, f"gradient of {path}", tolerance)
-    assert len(compiled) == 2
-    assert any(n.op == "attention" for n in compiled[0][0].nodes)  # the forward keeps the fused attention
+    assert len(built) == 2
+    assert any(n.op == "attention" for n in built[0][0].nodes)  # the forward keeps the fused attention
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
                     reason="needs a CUDA device (and no Triton interpreter in this process)")
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_training_on_a_cuda_device(name, compiled):
+def test_training_on_a_cuda_device(name, built):
     # f32 convolutions run in TF32 (cuDNN's default, which the Triton path follows); eager's too
     train_like_eager(name, device="cuda", tolerance=5e-3 if name == "cnn" else 1e-4)
-    assert len(compiled) == 2 and {target for _, target in compiled} == {"triton"}
+    assert len(built) == 2 and {target for _, target in built} == {"triton"}
 
 
 def test_the_issue_reproducer_backward_works():
@@ -217,7 +197,7 @@ def test_the_issue_reproducer_backward_works():
     assert all(p.grad is not None for p in mlp.parameters())
 
 
-def test_gradient_with_respect_to_an_input(compiled):
+def test_gradient_with_respect_to_an_input(built):
     def fn(x, y):
         return (torch.softmax(x @ y, -1) * y.sum()).tanh()
 
@@ -228,10 +208,10 @@ def test_gradient_with_respect_to_an_input(compiled):
         torch.compile(fn, backend="tilegraph")(x, y).sum().backward()
     fn(x2, y2).sum().backward()
     assert_close(x.grad, x2.grad, "x"), assert_close(y.grad, y2.grad, "y")
-    assert len(compiled) == 2
+    assert len(built) == 2
 
 
-def test_inference_keeps_the_direct_path(monkeypatch, compiled):
+def test_inference_keeps_the_direct_path(monkeypatch, built):
     def refuse(*args):
         raise AssertionError("AOTAutograd used for a graph that needs no gradient")
 
@@ -246,8 +226,8 @@ def test_inference_keeps_the_direct_path(monkeypatch, compiled):
     model.requires_grad_(False)  # grad mode on, but nothing to differentiate
     assert_close(torch.compile(model, backend="tilegraph")(x), model(x), "frozen output")
     # Dynamo's graph itself, weights as named parameters: the direct path's conversion
-    assert [graph.inputs[0].type.shape for graph, _ in compiled] == [(4, 8), (4, 8)]
-    assert all(any(p.name == "fc1.weight" for p in graph.params) for graph, _ in compiled)
+    assert [graph.inputs[0].type.shape for graph, _ in built] == [(4, 8), (4, 8)]
+    assert all(any(p.name == "fc1.weight" for p in graph.params) for graph, _ in built)
 
 
 def test_needs_autograd():
@@ -261,7 +241,7 @@ def test_needs_autograd():
     assert training.needs_autograd(gm, [x.requires_grad_()])
 
 
-def test_a_backward_graph_that_cannot_be_converted_runs_eagerly_with_a_warning(compiled, monkeypatch):
+def test_a_backward_graph_that_cannot_be_converted_runs_eagerly_with_a_warning(built, monkeypatch):
     from tilegraph.frontends.fx import registry
 
     monkeypatch.delitem(registry.FUNCTIONS, aten.max_pool2d_with_indices_backward)  # as if it had no converter
@@ -279,7 +259,7 @@ def test_a_backward_graph_that_cannot_be_converted_runs_eagerly_with_a_warning(c
     assert_close(got, want, "output")
     for (path, p), q in zip(model.named_parameters(), reference.parameters()):
         assert_close(p.grad, q.grad, f"gradient of {path}")
-    assert len(compiled) == 1  # the forward graph
+    assert len(built) == 1  # the forward graph
 
 
 def test_a_forward_graph_that_cannot_be_converted_runs_eagerly_with_a_warning():

@@ -15,7 +15,6 @@ pytest.importorskip("transformers", reason="the model zoo builds transformers mo
 
 import tilegraph.frontends.fx  # noqa: E402,F401  (registers the backend)
 from tilegraph.frontends.fx import TilegraphFallbackWarning  # noqa: E402
-from tilegraph.frontends.fx import dynamo as tilegraph_dynamo  # noqa: E402
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 TOLERANCE = 1e-4  # max |tilegraph - eager| / max |eager|
@@ -31,20 +30,6 @@ def _zoo():
 
 ZOO = _zoo()
 FAST = [m.name for m in ZOO.MODELS if m.fast]
-
-
-@pytest.fixture
-def compiled_graphs(monkeypatch):
-    """The graphs tilegraph compiled (not left to eager PyTorch), built for `target`."""
-    graphs = []
-    original = tilegraph_dynamo.compile_graph
-
-    def counting(graph, target=None):
-        graphs.append(graph)
-        return original(graph, target)
-
-    monkeypatch.setattr(tilegraph_dynamo, "compile_graph", counting)
-    return graphs
 
 
 def run_compiled(name: str, target: str = "auto"):
@@ -73,17 +58,17 @@ def test_the_zoo_has_at_least_25_architectures_and_a_fast_subset():
 
 
 @pytest.mark.parametrize("name", FAST)
-def test_fast_zoo_model_compiles_without_fallback(name, compiled_graphs):
+def test_fast_zoo_model_compiles_without_fallback(name, built):
     got, want = run_compiled(name, "reference")
-    assert compiled_graphs, "no graph reached tilegraph"
+    assert built, "no graph reached tilegraph"
     assert 0.1 < float(want.float().std()) < 10, "activations should be O(1), or a match proves little"
     assert relative_error(got, want) < TOLERANCE
 
 
-def test_llama_runs_on_the_cpp_backend(compiled_graphs):
+def test_llama_runs_on_the_cpp_backend(built):
     """The rotary embedding's cos/sin (the issue's fallback) through the default C++ backend."""
     got, want = run_compiled("Llama")
-    assert len(compiled_graphs) == 1
-    ops = {n.op for n in compiled_graphs[0].nodes}
+    assert len(built) == 1
+    ops = {n.op for n in built[0][0].nodes}
     assert {"sin", "cos", "gather"} <= ops
     assert relative_error(got, want) < TOLERANCE
