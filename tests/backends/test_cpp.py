@@ -2,6 +2,7 @@
 deterministic, keeps user names out of the source, and reports build problems clearly."""
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +38,20 @@ def test_examples_match_the_reference(name):
     graph = parse_file(EXAMPLES / f"{name}.tg")
     compiled = check_backend(cpp.build, graph, CPU)
     assert "#pragma omp parallel" in compiled.source and "__restrict__" in compiled.source
-    assert compiled.source.count("static int kernel_") == len(compiled.program.kernels)
+    calls = re.findall(r"err = (kernel_\w+)\(", compiled.source)
+    assert len(calls) == len(compiled.program.kernels)
+    assert compiled.source.count("static int kernel_") == len(set(calls)), "one function per distinct kernel"
+
+
+def test_kernels_equal_up_to_names_are_one_function_called_with_their_own_pointers():
+    """A repeated layer (the same shapes, other tensors) builds its function once."""
+    graph = parse("""def f(x: f32[8, 32], w1: f32[32, 32], w2: f32[32, 32], w3: f32[32, 16]) -> f32[8, 16] {
+        return relu(relu(relu(x @ w1) @ w2) @ w3)
+    }""")
+    compiled = check_backend(cpp.build, graph, CPU)
+    calls = re.findall(r"err = (kernel_\w+)\(", compiled.source)
+    assert len(calls) == 3 and calls[0] == calls[1] != calls[2]
+    assert compiled.source.count("static int kernel_") == 2
 
 
 def test_public_compile_entry_point():

@@ -350,67 +350,6 @@ static int kernel_k2(const float* __restrict__ v1, float* __restrict__ self_atte
   return 0;
 }
 
-// kernel k3 (generic): matmul
-// loops: d0<64 parallel tile 4>, d1<128 parallel tile 128>, d2<128 reduction tile 128>
-static int kernel_k3(const float* __restrict__ v27, const float* __restrict__ self_attention_wk, float* __restrict__ v3) {
-  // tile: d0=4 (parallel), d1=128 (parallel), d2=128 (reduction)
-  {
-#pragma omp parallel
-    {
-      char* scratch = static_cast<char*>(tg_alloc(2048));
-#pragma omp for collapse(1) schedule(static)
-      for (int64_t t0 = 0; t0 < 16; ++t0) {
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
-        float* __restrict__ v3_tile = reinterpret_cast<float*>(scratch + 0);
-        {
-          // matmul
-          for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
-            for (int64_t b1 = 0; b1 < 128; b1 += 64) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(64, 128 - b1);
-              // register blocks: mu in {4}, nv in {64}
-              if (mu == 4 && nv == 64) {
-                tg_vf vacc[4][4];
-                float row[64];
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 64; ++vv) row[vv] = ((float)0.0);
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
-                }
-                for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[4]; for (int64_t q = 0; q < 4; ++q) std::memcpy(&a1[q], &self_attention_wk[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
-#pragma GCC unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
-                    const float a0 = v27[128 * (b0 + uu) + i2];
-#pragma GCC unroll 4
-                    for (int64_t q = 0; q < 4; ++q) {
-                      vacc[uu][q] = (vacc[uu][q] + (a0 * a1[q]));
-                    }
-                  }
-                }
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 64; ++vv) v3_tile[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
-                }
-              }
-            }
-          }
-        }
-        // complete matmul
-        for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-          for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-            v3[128 * i0 + i1] = static_cast<float>(v3_tile[128 * (i0 - lo0) + i1]);
-          }
-        }
-      }
-      tg_free(scratch);
-    }
-  }
-  return 0;
-}
-
 // kernel k4 (generic): reshape
 // loops: d0<64 parallel tile 4>, d1<4 parallel tile 4>, d2<32 parallel tile 32>
 static int kernel_k4(const float* __restrict__ v3, float* __restrict__ v4) {
@@ -434,115 +373,6 @@ static int kernel_k4(const float* __restrict__ v3, float* __restrict__ v4) {
           }
         }
       }
-    }
-  }
-  return 0;
-}
-
-// kernel k5 (generic): matmul
-// loops: d0<64 parallel tile 4>, d1<128 parallel tile 128>, d2<128 reduction tile 128>
-static int kernel_k5(const float* __restrict__ v27, const float* __restrict__ self_attention_wv, float* __restrict__ v5) {
-  // tile: d0=4 (parallel), d1=128 (parallel), d2=128 (reduction)
-  {
-#pragma omp parallel
-    {
-      char* scratch = static_cast<char*>(tg_alloc(2048));
-#pragma omp for collapse(1) schedule(static)
-      for (int64_t t0 = 0; t0 < 16; ++t0) {
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
-        float* __restrict__ v5_tile = reinterpret_cast<float*>(scratch + 0);
-        {
-          // matmul
-          for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
-            for (int64_t b1 = 0; b1 < 128; b1 += 64) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(64, 128 - b1);
-              // register blocks: mu in {4}, nv in {64}
-              if (mu == 4 && nv == 64) {
-                tg_vf vacc[4][4];
-                float row[64];
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 64; ++vv) row[vv] = ((float)0.0);
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
-                }
-                for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[4]; for (int64_t q = 0; q < 4; ++q) std::memcpy(&a1[q], &self_attention_wv[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
-#pragma GCC unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
-                    const float a0 = v27[128 * (b0 + uu) + i2];
-#pragma GCC unroll 4
-                    for (int64_t q = 0; q < 4; ++q) {
-                      vacc[uu][q] = (vacc[uu][q] + (a0 * a1[q]));
-                    }
-                  }
-                }
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 64; ++vv) v5_tile[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
-                }
-              }
-            }
-          }
-        }
-        // complete matmul
-        for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-          for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-            v5[128 * i0 + i1] = static_cast<float>(v5_tile[128 * (i0 - lo0) + i1]);
-          }
-        }
-      }
-      tg_free(scratch);
-    }
-  }
-  return 0;
-}
-
-// kernel k6 (generic): reshape, transpose
-// loops: d0<4 parallel tile 1>, d1<64 parallel tile 16>, d2<32 parallel tile 32>
-static int kernel_k6(const float* __restrict__ v5, float* __restrict__ self_attention_v) {
-  // tile: d0=1 (parallel), d1=16 (parallel), d2=32 (parallel)
-  {
-    {
-      char* scratch = static_cast<char*>(tg_alloc(2048));
-      for (int64_t t0 = 0; t0 < 4; ++t0) {
-        for (int64_t t1 = 0; t1 < 4; ++t1) {
-          const int64_t lo0 = t0 * 1;
-          const int64_t hi0 = lo0 + 1;
-          const int64_t lo1 = t1 * 16;
-          const int64_t hi1 = lo1 + 16;
-          float* __restrict__ v6 = reinterpret_cast<float*>(scratch + 0);
-          {
-            // reshape
-            for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-              for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-                for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                  {
-                    const float a0 = v5[32 * i0 + 128 * i1 + i2];
-                    v6[32 * (i0 - lo0) + 32 * (i1 - lo1) + i2] = static_cast<float>(a0);
-                  }
-                }
-              }
-            }
-          }
-          {
-            // transpose
-            for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-              for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-                for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                  {
-                    const float a0 = v6[32 * (i0 - lo0) + 32 * (i1 - lo1) + i2];
-                    self_attention_v[2048 * i0 + 32 * i1 + i2] = static_cast<float>(a0);
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -1106,10 +936,10 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
   if (!err) err = kernel_k0(x, norm_scale, norm_shift, v22, v27);
   if (!err) err = kernel_k1(v27, self_attention_wq, v1);
   if (!err) err = kernel_k2(v1, self_attention_q);
-  if (!err) err = kernel_k3(v27, self_attention_wk, v3);
+  if (!err) err = kernel_k1(v27, self_attention_wk, v3);  // kernel k3
   if (!err) err = kernel_k4(v3, v4);
-  if (!err) err = kernel_k5(v27, self_attention_wv, v5);
-  if (!err) err = kernel_k6(v5, self_attention_v);
+  if (!err) err = kernel_k1(v27, self_attention_wv, v5);  // kernel k5
+  if (!err) err = kernel_k2(v5, self_attention_v);  // kernel k6
   if (!err) err = kernel_k7(v4, self_attention_q, self_attention_v, v33);
   if (!err) err = kernel_k8(v33, v8);
   if (!err) err = kernel_k9(v8, self_attention_wo, self_attention_bo, x, v22, norm_1_scale, norm_1_shift, h_, v43);

@@ -370,71 +370,6 @@ static int kernel_k2(sycl::queue& q, const float* v1, float* self_attention_q) {
   return 0;
 }
 
-// kernel k3 (generic): matmul
-// loops: d0<64 parallel tile 4>, d1<128 parallel tile 128>, d2<128 reduction tile 128>
-static int kernel_k3(sycl::queue& q, const float* v27, const float* self_attention_wk, float* v3) {
-  // tile: d0=4 (parallel), d1=128 (parallel), d2=128 (reduction)
-  {
-    q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(2048), h);
-      h.parallel_for(sycl::nd_range<1>(sycl::range<1>(128), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
-        const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
-        const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
-        (void)lid;
-        const int64_t t0 = tid / 1 % 16;
-        char* scratch = &lm[0];
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
-        float* __restrict__ v3_tile = reinterpret_cast<float*>(scratch + 0);
-        {
-          // matmul
-          for (int64_t b0 = lo0 + lid * 4; b0 < hi0; b0 += 32) {
-            for (int64_t b1 = 0; b1 < 128; b1 += 32) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(32, 128 - b1);
-              // register blocks: mu in {4}, nv in {32}
-              float acc0[4][32];
-              if (mu == 4 && nv == 32) {
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 32; ++vv) {
-                    acc0[uu][vv] = ((float)0.0);
-                  }
-                }
-                for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  float a1[32];
-#pragma unroll 32
-                  for (int64_t vv = 0; vv < 32; ++vv) a1[vv] = self_attention_wk[(b1 + vv) + 128 * i2];
-#pragma unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
-                    const float a0 = v27[128 * (b0 + uu) + i2];
-                    for (int64_t vv = 0; vv < 32; ++vv) {
-                      acc0[uu][vv] = (acc0[uu][vv] + (a0 * a1[vv]));
-                    }
-                  }
-                }
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 32; ++vv) {
-                    v3_tile[128 * ((b0 + uu) - lo0) + (b1 + vv)] = acc0[uu][vv];
-                  }
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        // complete matmul
-        for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-          for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-            v3[128 * i0 + i1] = static_cast<float>(v3_tile[128 * (i0 - lo0) + i1]);
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-      });
-    }).wait();
-  }
-  return 0;
-}
-
 // kernel k4 (generic): reshape
 // loops: d0<64 parallel tile 4>, d1<4 parallel tile 4>, d2<32 parallel tile 32>
 static int kernel_k4(sycl::queue& q, const float* v3, float* v4) {
@@ -456,125 +391,6 @@ static int kernel_k4(sycl::queue& q, const float* v3, float* v4) {
                 {
                   const float a0 = v3[128 * i0 + 32 * i1 + i2];
                   v4[128 * i0 + 32 * i1 + i2] = static_cast<float>(a0);
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        item.barrier(sycl::access::fence_space::global_and_local);
-      });
-    }).wait();
-  }
-  return 0;
-}
-
-// kernel k5 (generic): matmul
-// loops: d0<64 parallel tile 4>, d1<128 parallel tile 128>, d2<128 reduction tile 128>
-static int kernel_k5(sycl::queue& q, const float* v27, const float* self_attention_wv, float* v5) {
-  // tile: d0=4 (parallel), d1=128 (parallel), d2=128 (reduction)
-  {
-    q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(2048), h);
-      h.parallel_for(sycl::nd_range<1>(sycl::range<1>(128), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
-        const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
-        const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
-        (void)lid;
-        const int64_t t0 = tid / 1 % 16;
-        char* scratch = &lm[0];
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
-        float* __restrict__ v5_tile = reinterpret_cast<float*>(scratch + 0);
-        {
-          // matmul
-          for (int64_t b0 = lo0 + lid * 4; b0 < hi0; b0 += 32) {
-            for (int64_t b1 = 0; b1 < 128; b1 += 32) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(32, 128 - b1);
-              // register blocks: mu in {4}, nv in {32}
-              float acc0[4][32];
-              if (mu == 4 && nv == 32) {
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 32; ++vv) {
-                    acc0[uu][vv] = ((float)0.0);
-                  }
-                }
-                for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  float a1[32];
-#pragma unroll 32
-                  for (int64_t vv = 0; vv < 32; ++vv) a1[vv] = self_attention_wv[(b1 + vv) + 128 * i2];
-#pragma unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
-                    const float a0 = v27[128 * (b0 + uu) + i2];
-                    for (int64_t vv = 0; vv < 32; ++vv) {
-                      acc0[uu][vv] = (acc0[uu][vv] + (a0 * a1[vv]));
-                    }
-                  }
-                }
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 32; ++vv) {
-                    v5_tile[128 * ((b0 + uu) - lo0) + (b1 + vv)] = acc0[uu][vv];
-                  }
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        // complete matmul
-        for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-          for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-            v5[128 * i0 + i1] = static_cast<float>(v5_tile[128 * (i0 - lo0) + i1]);
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-      });
-    }).wait();
-  }
-  return 0;
-}
-
-// kernel k6 (generic): reshape, transpose
-// loops: d0<4 parallel tile 1>, d1<64 parallel tile 16>, d2<32 parallel tile 32>
-static int kernel_k6(sycl::queue& q, const float* v5, float* self_attention_v) {
-  // tile: d0=1 (parallel), d1=16 (parallel), d2=32 (parallel)
-  {
-    q.submit([&](sycl::handler& h) {
-      sycl::local_accessor<char, 1> lm(sycl::range<1>(2048), h);
-      h.parallel_for(sycl::nd_range<1>(sycl::range<1>(128), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
-        const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
-        const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
-        (void)lid;
-        const int64_t t1 = tid / 1 % 4;
-        const int64_t t0 = tid / 4 % 4;
-        char* scratch = &lm[0];
-        const int64_t lo0 = t0 * 1;
-        const int64_t hi0 = lo0 + 1;
-        const int64_t lo1 = t1 * 16;
-        const int64_t hi1 = lo1 + 16;
-        float* __restrict__ v6 = reinterpret_cast<float*>(scratch + 0);
-        {
-          // reshape
-          for (int64_t i1 = lo1 + lid; i1 < hi1; i1 += 8) {
-            for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = v5[32 * i0 + 128 * i1 + i2];
-                  v6[32 * (i0 - lo0) + 32 * (i1 - lo1) + i2] = static_cast<float>(a0);
-                }
-              }
-            }
-          }
-        }
-        item.barrier(sycl::access::fence_space::global_and_local);
-        {
-          // transpose
-          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
-            for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0 = v6[32 * (i0 - lo0) + 32 * (i1 - lo1) + i2];
-                  self_attention_v[2048 * i0 + 32 * i1 + i2] = static_cast<float>(a0);
                 }
               }
             }
@@ -1202,10 +1018,10 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
   if (!err) err = kernel_k0(q, x, norm_scale, norm_shift, v22, v27);
   if (!err) err = kernel_k1(q, v27, self_attention_wq, v1);
   if (!err) err = kernel_k2(q, v1, self_attention_q);
-  if (!err) err = kernel_k3(q, v27, self_attention_wk, v3);
+  if (!err) err = kernel_k1(q, v27, self_attention_wk, v3);  // kernel k3
   if (!err) err = kernel_k4(q, v3, v4);
-  if (!err) err = kernel_k5(q, v27, self_attention_wv, v5);
-  if (!err) err = kernel_k6(q, v5, self_attention_v);
+  if (!err) err = kernel_k1(q, v27, self_attention_wv, v5);  // kernel k5
+  if (!err) err = kernel_k2(q, v5, self_attention_v);  // kernel k6
   if (!err) err = kernel_k7(q, v4, self_attention_q, self_attention_v, v33);
   if (!err) err = kernel_k8(q, v33, v8);
   if (!err) err = kernel_k9(q, v8, self_attention_wo, self_attention_bo, x, v22, norm_1_scale, norm_1_shift, h_, v43);
