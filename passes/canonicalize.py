@@ -147,6 +147,8 @@ def _known(value: Value) -> np.ndarray | None:
 def _is_uniform(array: np.ndarray) -> bool:
     if array.size == 0:
         return False
+    if array.flat[0].tobytes() != array.flat[-1].tobytes():  # most folded weights: decided at once
+        return False
     first = np.full_like(array, array.flat[0])
     return array.tobytes() == first.tobytes()  # bitwise: keeps -0.0 apart from 0.0, NaNs alike
 
@@ -187,8 +189,10 @@ def fold_constants(graph: Graph, limit: int) -> int:
                 attrs = {"value": _scalar(array, result.dtype), "shape": result.shape, "dtype": result.dtype}
                 values.append(graph.create_node("constant", (), attrs, before=node, loc=node.loc).result)
             else:
+                # a relayout keeps numpy's view: a backend copies the data into its own order once, when
+                # it binds the parameter, instead of a copy here and another there
                 name = f"{node.inputs[0].name}_t" if relayout else "folded"
-                values.append(graph.add_param(name, result.type, np.ascontiguousarray(array)))
+                values.append(graph.add_param(name, result.type, array if relayout else np.array(array)))
         _replace(graph, node, values)
         folded += 1
     return folded

