@@ -45,8 +45,7 @@ CASES = _cases()
 # same way); matmuls stay IEEE f32
 TF32_TOLERANCE = 5e-3
 
-compiled = CASES.compiled
-_fresh_dynamo = CASES._fresh_dynamo
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +54,7 @@ def _cache_dir(tmp_path_factory, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(CASES.MODELS))
-def test_training_gives_eager_gradients_on_the_triton_path(name, compiled, monkeypatch):
+def test_training_gives_eager_gradients_on_the_triton_path(name, built, monkeypatch):
     from tilegraph.frontends.fx import dynamo
 
     runners = []
@@ -69,5 +68,5 @@ def test_training_gives_eager_gradients_on_the_triton_path(name, compiled, monke
     tolerance = TF32_TOLERANCE if name == "cnn" and torch.backends.cudnn.allow_tf32 else 1e-4
     shape = (2, 3, 8, 8) if name == "cnn" else None  # the interpreter's time grows with the image
     CASES.train_like_eager(name, {"target": "triton"}, steps=1, tolerance=tolerance, shape=shape)
-    assert len(compiled) == 2 and {target for _, target in compiled} == {"triton"}
+    assert len(built) == 2 and {target for _, target in built} == {"triton"}
     assert len(runners) == 2 and all(r.target == "triton" for r in runners)  # forward, backward
