@@ -102,11 +102,32 @@ def split_stages(domain: KernelDomain) -> list[tuple[Node, ...]]:
     return [tuple(n for n, s in zip(domain.nodes, stage) if s == k) for k in sorted(set(stage))]
 
 
-def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptions()) -> list[tuple[Kernel, TileReport]]:
+def structure(kernel: Kernel) -> str:
+    """The kernel as text with its values numbered in order of use instead of named: kernels equal
+    up to names (a repeated layer) have one structure, loop nest and best tiling."""
+    number: dict = {}
+
+    def name(value) -> str:
+        return number.setdefault(value, f"%{len(number)}")
+
+    lines = [f"in {name(v)}: {v.type} {v.kind.name}" for v in kernel.inputs]
+    for node in kernel.nodes:
+        attrs = ", ".join(f"{key}={value!r}" for key, value in sorted(node.attrs.items()))
+        lines.append(f"{', '.join(name(v) for v in node.results)} = {node.op}"
+                     f"({', '.join(name(v) for v in node.inputs)}) {{{attrs}}} : "
+                     f"{', '.join(str(v.type) for v in node.results)}")
+    lines.append(f"out {', '.join(name(v) for v in kernel.outputs)}; kind {kernel.kind}")
+    return "\n".join(lines)
+
+
+def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptions(),
+                found_for: dict[str, Tiling | None] | None = None) -> list[tuple[Kernel, TileReport]]:
     """The tiled kernel, or the kernels it was split into, with a report for each.
 
     A generic kernel keeping whole rows (full loops) is split at its reduction boundaries when
     no tiling fits, or when the pieces together move fewer bytes than the best fitting tiling.
+    `found_for`: best tilings already searched for this target, by `structure`, shared by the calls
+    of one pass (a transformer's layers search once).
     """
     domain = kernel.domain
     budget = target.onchip_bytes
@@ -118,14 +139,18 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
             "composite run whole (not decomposed)"
         report = TileReport(kernel.name, kernel.kind, (), working, budget, moved, moved, "compulsory", 1, 1.0, note)
         return [(kernel, report)]
-    found = search(domain, target, options.max_candidates)
+    found_for = {} if found_for is None else found_for
+    key = structure(kernel)
+    if key not in found_for:
+        found_for[key] = search(domain, target, options.max_candidates)
+    found = found_for[key]
     stages = split_stages(domain) if kernel.template is None and domain.loops_of_kind(FULL) else []
     if len(stages) >= 2:
         # cut after the first stage only; each side decides again whether to split further
         pieces = [stages[0], tuple(n for n in kernel.nodes if n not in set(stages[0]))]
         split = []
         for s, nodes in enumerate(pieces):
-            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options)
+            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options, found_for)
         moved = sum(r.traffic for _, r in split)
         if found is None or moved < found.traffic:
             why = ("its smallest tile does not fit" if found is None else
@@ -152,8 +177,9 @@ def _finish(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling)
 
 def tile_program(program: Program, target: Target, options: TileOptions = TileOptions()) -> tuple[list[Kernel], list[TileReport]]:
     kernels, reports = [], []
+    found_for: dict[str, Tiling | None] = {}
     for kernel in program.kernels:
-        for tiled, report in tile_kernel(kernel, target, options):
+        for tiled, report in tile_kernel(kernel, target, options, found_for):
             kernels.append(tiled)
             reports.append(report)
     return kernels, reports

@@ -201,3 +201,24 @@ def test_tile_pass_reports_and_formats():
     text = format_tiling(program)
     assert text.startswith("tiling for target gpu-h100") and "bound" in text
     assert all(r.working_set <= r.budget for r in program.notes["tiling"])
+
+
+def test_kernels_equal_up_to_names_search_once_and_get_the_same_tiles(monkeypatch):
+    """A repeated layer: one search per structure, and each copy tiled as the first."""
+    import importlib
+
+    from tilegraph.frontends.dsl import parse
+
+    tile_module = importlib.import_module("tilegraph.passes.tiling.tile")  # the package exports the pass as `tile`
+
+    graph = parse("""def f(x: f32[64, 96], w1: f32[96, 96], w2: f32[96, 96], w3: f32[96, 96],
+                           w4: f32[96, 32]) -> f32[64, 32] {
+        return relu(relu(relu(relu(x @ w1) @ w2) @ w3) @ w4)
+    }""")
+    calls = []
+    original = tile_module.search
+    monkeypatch.setattr(tile_module, "search", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    program = PassManager("canonicalize,fuse,tile{target=cpu}").run(graph)
+    assert len(program.kernels) == 4 and len(calls) == 3  # the second and third layers are one structure
+    _, second, third, _ = program.kernels
+    assert second.tiles == third.tiles and tile_module.structure(second) == tile_module.structure(third)
