@@ -37,6 +37,9 @@ class CompiledProgram:
         self.program = program
         self.params = dict(params)  # Value -> np.ndarray, every parameter of the graph
         self.source = source
+        # seconds per compile phase (each pass, verify, codegen, build, ...), for the report; filled by
+        # the backend's build and by tilegraph.compile
+        self.compile_seconds: dict[str, float] = {}
 
     def __call__(self, *inputs) -> list[np.ndarray]:
         from tilegraph.backends.reference import bind_inputs
@@ -53,7 +56,11 @@ class CompiledProgram:
         from tilegraph.report import program_report
 
         extra = self.backend_report()
-        return program_report(self.program) + (f"\nbackend {self.backend}:\n{extra}" if extra else "")
+        text = program_report(self.program) + (f"\nbackend {self.backend}:\n{extra}" if extra else "")
+        if self.compile_seconds:
+            phases = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.compile_seconds.items())
+            text += f"\ncompile time: {sum(self.compile_seconds.values()):.2f} s ({phases})"
+        return text
 
     def backend_report(self) -> str:
         return ""

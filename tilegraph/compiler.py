@@ -11,6 +11,7 @@ and binds the parameters; the backend turns the scheduled Program into code.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from types import ModuleType
 
@@ -41,10 +42,19 @@ def compile(graph: Graph | Program, target: str = "reference", pipeline: str | N
     # Draw parameters from the graph as written: the passes may rewrite a parameter's users (a
     # batch-norm variance then no longer looks like one), and random values must stay valid.
     drawn = {value.name: array for value, array in random_params(source, seed, params).items()}
-    program, _ = compile_program(graph, pipeline, backend.tile_target)
+    program, manager = compile_program(graph, pipeline, backend.tile_target)
     kept = {value.name for value in program.graph.params}
-    return build_program(program, target, params={k: v for k, v in drawn.items() if k in kept}, seed=seed,
-                         **options)
+    start = time.perf_counter()
+    compiled = build_program(program, target, params={k: v for k, v in drawn.items() if k in kept}, seed=seed,
+                             **options)
+    built = time.perf_counter() - start
+    phases = {record.name: record.seconds for record in manager.records}
+    phases["verify"] = sum(record.verify_seconds for record in manager.records)
+    # the backend's own phases (codegen, build), the rest of building under "bind"
+    phases.update(compiled.compile_seconds)
+    phases["bind"] = max(0.0, built - sum(compiled.compile_seconds.values()))
+    compiled.compile_seconds = phases
+    return compiled
 
 
 def build_program(program: Program, target: str, *, params: Mapping[str, np.ndarray] | None = None,

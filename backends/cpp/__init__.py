@@ -12,6 +12,7 @@ arena comes from `tilegraph.backends.arena`), `build` (compiler, cache, errors),
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -32,12 +33,17 @@ def generate_source(program: Program, micro: MicroKernel | None = None) -> str:
 def build(program: Program, params: Mapping, *, cxx: str | None = None,
           cxxflags: str | Sequence[str] | None = None, micro: MicroKernel | None = None) -> NativeProgram:
     """Generate, compile (or fetch from the cache) and load `program`; `params` maps Value -> array."""
+    start = time.perf_counter()
     generated = generate(program, Dialect(), micro or MicroKernel())
+    generated_at = time.perf_counter()
     compiler = find_compiler(cxx)
     flags = compile_flags(cxxflags)
     library, cached = build_library(generated.source, compiler, flags)
     info = {"compiler": compiler, "flags": " ".join(flags), "library": str(library), "cached": cached}
-    return NativeProgram(program, params, generated, library, info)
+    compiled = NativeProgram(program, params, generated, library, info)
+    compiled.compile_seconds = {"codegen": generated_at - start,
+                                "build (cached)" if cached else "build": time.perf_counter() - generated_at}
+    return compiled
 
 
 def write_build(compiled: NativeProgram, directory: str | Path) -> list[Path]:

@@ -5,6 +5,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -62,8 +63,10 @@ class TritonProgram(CompiledProgram):
     def __init__(self, program: Program, params: Mapping, device: str | None = None, autotune_: bool = True,
                  options: TritonOptions | None = None) -> None:
         self.options = options if options is not None else TritonOptions.from_torch()
+        start = time.perf_counter()
         generated = generate(program, interpreter=_interpreting(), options=self.options)
         super().__init__(program, params, generated.text)
+        self.compile_seconds = {"codegen": time.perf_counter() - start}  # Triton compiles at the first launch
         self.generated = generated
         self.device = device
         self.autotune = autotune_

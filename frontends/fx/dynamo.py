@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -120,10 +121,14 @@ class TilegraphGraph:
     def _compile(self, args: list[Any]) -> Runner | None:
         target = self.options.target_for(args)
         try:
+            start = time.perf_counter()
             conversion = convert_graph_module(self.gm, args, name=self.name)
             conversion.graph.name = self.ir_name
+            converted = time.perf_counter() - start
+            program = compile_graph(conversion.graph, target)
+            program.compile_seconds = {"conversion": converted, **program.compile_seconds}
             runner_type = TritonRunner if target == "triton" else HostRunner
-            runner = runner_type(conversion, compile_graph(conversion.graph, target), args, self.options)
+            runner = runner_type(conversion, program, args, self.options)
         except TilegraphError as e:
             return self._fall_back(str(e))
         except Exception as e:  # a bug in tilegraph must not break the user's model: run it eagerly, say why

@@ -176,3 +176,16 @@ def test_bad_backend_options_give_one_line_and_exit_2(capsys, mlp_file, args, me
     code, out, err = cli(capsys, *(a.format(mlp=mlp_file) for a in args))
     assert code == 2 and message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("target", ["reference", "cpp"])
+def test_the_report_gives_the_compile_time_of_every_phase(target):
+    """Each pass of the pipeline, verification, and the backend's own phases (C++: codegen, build)."""
+    compiled = tilegraph.compile(parse("def f(x: f32[4, 8]) -> f32[4, 8] { return relu(x) }"), target=target)
+    phases = compiled.compile_seconds
+    assert {"canonicalize", "fuse", "tile", "verify", "bind"} <= set(phases)
+    if target == "cpp":
+        assert "codegen" in phases and any(name.startswith("build") for name in phases)
+    assert all(seconds >= 0 for seconds in phases.values())
+    (line,) = [line for line in compiled.report().splitlines() if line.startswith("compile time:")]
+    assert all(name in line for name in phases)
