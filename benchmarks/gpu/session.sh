@@ -21,6 +21,8 @@ stamp "set up"
 if [ "$WHAT" != triton ]; then
   timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/frontends/test_dynamo_gpu.py 2>&1 | tail -15 | tee "$OUT/test_dynamo_gpu.log"
   stamp "dynamo GPU tests"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/frontends/test_fx_training.py -k cuda 2>&1 | tail -6 | tee "$OUT/test_training_gpu.log"
+  stamp "training on CUDA"
   timeout $((DYNAMO_BUDGET + 90)) python3 benchmarks/dynamo_gpu.py --quick --budget "$DYNAMO_BUDGET" >"$OUT/dynamo_gpu.log" 2>&1
   cp benchmarks/results/dynamo_gpu.md "$OUT/" 2>/dev/null; grep -E "^\||geometric|Not run" "$OUT/dynamo_gpu.log" | tail -20
   stamp "dynamo_gpu.py"
