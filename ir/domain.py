@@ -200,11 +200,20 @@ def reshape_space(source: tuple[int, ...], target: tuple[int, ...]) -> Iteration
 
 
 def structured_space(node: Node) -> IterationSpace | None:
-    """The node's iteration space; for a reshape without one in the op library, its refinement space."""
-    space = node.iteration_space()
-    if space is None and node.op == "reshape":
-        return reshape_space(node.inputs[0].type.shape, node.result.type.shape)
-    return space
+    """The node's iteration space; for a reshape without one in the op library, its refinement space.
+    Memoised by what it depends on (op, attributes, types): a model's layers repeat the same nodes."""
+    key = (node.op, node.input_types, node.result_types, repr(sorted(node.attrs.items())))
+    if key not in _SPACES:
+        if len(_SPACES) >= 8192:
+            _SPACES.clear()
+        space = node.iteration_space()
+        if space is None and node.op == "reshape":
+            space = reshape_space(node.inputs[0].type.shape, node.result.type.shape)
+        _SPACES[key] = space
+    return _SPACES[key]
+
+
+_SPACES: dict[tuple, IterationSpace | None] = {}
 
 
 # ----- construction ----------------------------------------------------------------------------
