@@ -11,10 +11,9 @@ processes skip it; kernels the budget did not reach keep their defaults and are 
 """
 from __future__ import annotations
 
-import builtins
+import ast
 import hashlib
 import json
-import keyword
 import os
 import re
 import sys
@@ -42,17 +41,36 @@ def candidates(uses_dot: bool) -> tuple[tuple[int, int], ...]:
 
 # string literals (kept), then names: not attributes (`tl.dot`), not keyword arguments (`mask=`)
 _WORD = re.compile(r"(\"[^\"\n]*\"|'[^'\n]*')|(?<![.\w])[A-Za-z_]\w*(?!\w|=(?!=))")
-_FIXED = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {"tl", "triton"}
+
+
+def _bound_names(kernel_text: str) -> frozenset[str]:
+    """The names the kernel itself binds: its function, parameters and locals. Every other name (a
+    helper such as `_tg_tanh`, `tl`, a builtin) means the same in every kernel and must stay."""
+    try:
+        tree = ast.parse(kernel_text)
+    except SyntaxError:  # not a whole function: rename nothing, so it equals only itself
+        return frozenset()
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            bound.add(node.name)
+            bound.update(arg.arg for arg in node.args.args)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+    return frozenset(bound)
 
 
 def canonical(kernel_text: str) -> str:
     """The kernel's text with its own names (function, pointers, locals) renamed in order of first use:
-    kernels equal up to names (the layers of a transformer) get one key, so one tuning serves all."""
+    kernels equal up to names (the layers of a transformer) get one key, so one tuning, and one compiled
+    function, serves all. Names it does not bind keep their spelling: a kernel calling `_tg_tanh` never
+    equals one calling `_tg_erf`."""
+    bound = _bound_names(kernel_text)
     renamed: dict[str, str] = {}
 
     def rename(match: re.Match) -> str:
         word = match.group(0)
-        if match.group(1) or word in _FIXED:
+        if match.group(1) or word not in bound:
             return word
         return renamed.setdefault(word, f"n{len(renamed)}")
 

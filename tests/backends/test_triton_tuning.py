@@ -170,6 +170,15 @@ def test_canonical_keeps_attributes_keywords_and_strings():
     assert autotune.canonical(text.replace("x_ptr", "q_ptr").replace("kernel_a", "kernel_b")) == out
 
 
+def test_canonical_keeps_the_names_a_kernel_does_not_bind():
+    """Kernels that call different helpers are different kernels (the module binds equal ones to one
+    function): only the function, its parameters and its locals are renamed."""
+    text = "@triton.jit\ndef kernel_a(x_ptr, y_ptr):\n    x = tl.load(x_ptr)\n    tl.store(y_ptr, _tg_tanh(x))\n"
+    other = text.replace("kernel_a", "kernel_b").replace("x_ptr", "q_ptr")
+    assert autotune.canonical(other) == autotune.canonical(text)
+    assert autotune.canonical(text.replace("_tg_tanh", "_tg_erf")) != autotune.canonical(text)
+
+
 def test_cache_keeps_tiles_and_reads_old_entries(tmp_path):
     path = tmp_path / "autotune.json"
     cache = autotune.ConfigCache(path)
