@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from tilegraph.ir import TilegraphError
+from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -127,6 +128,20 @@ CPP_RUNTIME = frozenset("""
 # kernel functions, reserved spellings
 _CPP_FAMILIES = re.compile(r"(?:lo|hi|rlo|rhi|t|i|b|a|acc|w|l|e)\d+|a\d+_\d+|tg_\w*|TG_\w*|tgm\d*|kernel_\w*|_\w*|"
                            r"\w*__\w*")
+
+
+def kernel_functions(program: Program) -> dict[str, str]:
+    """Kernel name -> its function, `kernel_<name>` (distinct for distinct kernels; C++ and Triton)."""
+    functions: dict[str, str] = {}
+    taken: set[str] = set()
+    for kernel in program.kernels:
+        stem = f"kernel_{identifier(kernel.name, 'k')}"
+        name, n = stem, 2
+        while name in taken:
+            name, n = f"{stem}_{n}", n + 1
+        taken.add(name)
+        functions[kernel.name] = name
+    return functions
 
 
 def cpp_reserved(name: str) -> bool:

@@ -27,7 +27,7 @@ from .dialect import Dialect
 from .emit import KernelEmitter, MicroKernel
 from .fold import NO_FOLDING, Folding, plan_folding
 from .layout import emit_layout
-from .names import NameTable, c_type, cpp_reserved, identifier, mangle, nbytes
+from .names import NameTable, c_type, cpp_reserved, identifier, kernel_functions, mangle, nbytes
 from .prelude import prelude
 
 
@@ -91,16 +91,7 @@ class ProgramNames:
         for value in [*graph.inputs, *graph.params, *(v for n in graph.nodes for v in n.results)]:
             if value not in values:
                 values[value] = table.take(identifier(value.name))
-        functions: dict[str, str] = {}
-        taken: set[str] = set()
-        for kernel in program.kernels:
-            stem = f"kernel_{identifier(kernel.name, 'k')}"
-            name, n = stem, 2
-            while name in taken:
-                name, n = f"{stem}_{n}", n + 1
-            taken.add(name)
-            functions[kernel.name] = name
-        return ProgramNames(MappingProxyType(values), MappingProxyType(functions), table)
+        return ProgramNames(MappingProxyType(values), MappingProxyType(kernel_functions(program)), table)
 
 
 def _kernel_function(kernel: Kernel, name: str, dialect: Dialect, micro: MicroKernel,

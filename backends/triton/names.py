@@ -19,7 +19,7 @@ import string
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Program
 
-from ..cpp.names import NameTable, identifier
+from ..cpp.names import NameTable, identifier, kernel_functions
 
 _SAFE = frozenset(string.ascii_letters + string.digits)
 
@@ -46,20 +46,6 @@ def mangle(name: str, prefix: str = "tg_") -> str:
     for ch in name:
         out.append(ch if ch in _SAFE else f"_x{ord(ch):x}_")
     return prefix + "".join(out)
-
-
-def kernel_functions(program: Program) -> dict[str, str]:
-    """Kernel name -> its `@triton.jit` function, `kernel_<name>` (distinct for distinct kernels)."""
-    functions: dict[str, str] = {}
-    taken: set[str] = set()
-    for kernel in program.kernels:
-        stem = f"kernel_{identifier(kernel.name, 'k')}"
-        name, n = stem, 2
-        while name in taken:
-            name, n = f"{stem}_{n}", n + 1
-        taken.add(name)
-        functions[kernel.name] = name
-    return functions
 
 
 def tensor_names(program: Program) -> tuple[dict[Value, str], NameTable]:
