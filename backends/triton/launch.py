@@ -84,17 +84,9 @@ class Launcher:
 
     def __call__(self, *inputs) -> list[Any]:
         """Run on checked inputs (`check`); returns the graph's outputs as tensors on the device."""
+        configs = self.program.configs
         with self._lock:
-            env = self._env.copy()
-            for index, tensor in zip(self._inputs, inputs):
-                env[index] = tensor
-            device, arena, configs = self.device, self.arena, self.program.configs
-            for step in self.steps:
-                warps, stages = configs[step.position]
-                results = step.function(device, warps, stages, arena, *[env[i] for i in step.reads])
-                for index, tensor in zip(step.writes, results):
-                    env[index] = tensor
-            return [env[i] for i in self._outputs]
+            return self._walk(inputs, lambda step, args: self._launch(step, args, *configs[step.position]))
 
     def tune(self, inputs: Sequence[Any]) -> None:
         """Time each kernel's launch configurations on these inputs (CUDA only; cached on disk)."""
@@ -102,21 +94,29 @@ class Launcher:
 
         program = self.program
         cache = autotune.ConfigCache()
+
+        def tuned(step: Step, args: list[Any]):
+            source = program.generated.kernels[step.position]
+            launch = lambda warps, stages: self._launch(step, args, warps, stages)  # noqa: E731
+            if source is not None:
+                program.configs[step.position] = program._tune(step.position, launch, source, self.device, cache)
+            return launch(*program.configs[step.position])
+
+        self._walk(inputs, tuned)
+        program.tuned = True
+
+    def _launch(self, step: Step, args: list[Any], warps: int, stages: int):
+        return step.function(self.device, warps, stages, self.arena, *args)
+
+    def _walk(self, inputs: Sequence[Any], run: Callable[[Step, list[Any]], Sequence[Any]]) -> list[Any]:
+        """The steps in order, each given the tensors it reads by `run`; the graph's outputs."""
         env = self._env.copy()
         for index, tensor in zip(self._inputs, inputs):
             env[index] = tensor
         for step in self.steps:
-            args = [env[i] for i in step.reads]
-            source = program.generated.kernels[step.position]
-
-            def launch(warps, stages, step=step, args=args):
-                return step.function(self.device, warps, stages, self.arena, *args)
-
-            if source is not None:
-                program.configs[step.position] = program._tune(step.position, launch, source, self.device, cache)
-            for index, tensor in zip(step.writes, launch(*program.configs[step.position])):
+            for index, tensor in zip(step.writes, run(step, [env[i] for i in step.reads])):
                 env[index] = tensor
-        program.tuned = True
+        return [env[i] for i in self._outputs]
 
 
 class GraphedLauncher:

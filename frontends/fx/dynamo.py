@@ -197,7 +197,8 @@ class HostRunner(Runner):
 
 class TritonRunner(Runner):
     """The Triton kernels on the inputs' own device: torch tensors in and out, the module's weights
-    read in place, launches replayed through a CUDA graph on CUDA devices (unless turned off)."""
+    read in place where the passes left them unchanged, launches replayed through a CUDA graph on
+    CUDA devices (unless turned off)."""
 
     target = "triton"
 
@@ -281,13 +282,14 @@ def _own_tensors(program, conversion: Conversion, device: torch.device) -> dict:
     read in place at each call, instead of a copy (parameters the passes rewrote keep their copy)."""
     from tilegraph.backends.triton.runtime import torch_dtype
 
+    converted = {v.name: v.data for v in conversion.graph.params}
     own = {}
     for value, array in program.params.items():
         tensor = conversion.param_tensors.get(value.name)
         if (tensor is None or tensor.device != device or tuple(tensor.shape) != value.type.shape
                 or tensor.dtype != torch_dtype(value.type.dtype) or not tensor.is_contiguous()):
             continue
-        source = next((v.data for v in conversion.graph.params if v.name == value.name), None)
+        source = converted.get(value.name)
         if source is not None and (source is array or np.array_equal(source, array)):
             own[value] = tensor.detach()
     return own
