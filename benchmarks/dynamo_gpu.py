@@ -31,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from triton_gpu import short_error  # noqa: E402  (one line for a failed row's note)
+
 RESULTS = Path(__file__).resolve().parent / "results" / "dynamo_gpu.md"
 DRY_RUN = False
 
@@ -259,12 +261,6 @@ def table(results: list[Row], skipped: list[RowSpec], header: str) -> str:
         lines += ["", "Not run (over the time budget): " + ", ".join(
             f"{s.model} {s.device} {s.dtype} b{s.batch}" for s in skipped)]
     return "\n".join(lines) + "\n"
-
-
-def short_error(exc: BaseException, limit: int = 160) -> str:
-    text = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {text[0] if text else ''}".replace("|", "/")
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
