@@ -4,38 +4,20 @@ run as Triton kernels with torch tensors in and out: outputs on the inputs' devi
 fallback, no tensor through numpy in a steady-state call; f16/bf16 models and autocast regions; the
 options' errors; in-place weight updates on both paths; the C++ path reads CPU inputs in place.
 
-The interpreter is chosen here, at import: triton.language decorates its own helpers (tl.zeros) with
-@triton.jit when it is first imported, so the variable must be set before that in this process; where it
-was not (an earlier file imported torch._dynamo, which imports triton), the file skips and says so. Under
-`pytest -n 2` every worker collects tests/backends/test_triton.py first, which sets the same variable.
-Other files in the same worker are unaffected: `auto` sends only CUDA graphs to Triton.
+The interpreter is chosen at import, by tests/triton_interpreter.py (which says when and why it must be
+first). Other files in the same worker are unaffected: `auto` sends only CUDA graphs to Triton.
 Products run in IEEE f32 (not TF32, torch's default for convolutions on a GPU) so that CPU eager is the
 exact reference.
 """
 from __future__ import annotations
 
-import os
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-import importlib.util  # noqa: E402
-import sys  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
-torch = pytest.importorskip("torch", reason="the Dynamo backend needs torch")
-pytest.importorskip("triton", reason="the Triton path needs triton (pip install 'tilegraph[triton]')")
-import triton.language as tl  # noqa: E402
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-
-if not isinstance(tl.zeros, InterpretedFunction):
-    # triton.language decorates its own helpers (tl.zeros, ...) when it is imported: a process that imported
-    # it without the interpreter (torch._dynamo does) cannot run interpreted kernels that call them
-    pytest.skip("triton.language was imported in this process before TRITON_INTERPRET=1 was set (by an earlier "
-                "test file importing torch._dynamo): run this file on its own, or after tests/backends/"
-                "test_triton.py, which sets it first", allow_module_level=True)
+import pytest
+from triton_interpreter import torch  # sets TRITON_INTERPRET=1 first, or skips this file saying why
 
 import tilegraph  # noqa: E402
 import tilegraph.passes  # noqa: E402

@@ -3,32 +3,17 @@ the Triton interpreter: the forward and backward graphs AOTAutograd makes run as
 gradients, updated weights and batch-norm statistics equal eager PyTorch's on an MLP, a small CNN and a
 transformer block (the models and the check are test_fx_training.py's).
 
-The interpreter is chosen here, before triton is first imported (see tests/backends/test_triton.py and
-tests/frontends/test_dynamo_triton.py); where an earlier file imported it first, this file skips.
+The interpreter is chosen at import, by tests/triton_interpreter.py; where an earlier file imported
+triton first, this file skips.
 """
 from __future__ import annotations
 
-import os
+import importlib.util
+import sys
+from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-import importlib.util  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
-torch = pytest.importorskip("torch", reason="the PyTorch frontend needs the optional torch extra")
-pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
-import triton.language as tl  # noqa: E402
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-
-if not isinstance(tl.zeros, InterpretedFunction):
-    # triton.language decorates its own helpers (tl.zeros) when first imported: a process that imported it
-    # without the interpreter (torch._dynamo does) cannot run interpreted kernels calling them
-    pytest.skip("triton.language was imported in this process before TRITON_INTERPRET=1 was set (by an earlier "
-                "test file importing torch._dynamo): run this file on its own, or after tests/backends/"
-                "test_triton.py, which sets it first (as every `pytest -n 2` worker does)", allow_module_level=True)
+import pytest
+from triton_interpreter import torch  # sets TRITON_INTERPRET=1 first, or skips this file saying why
 
 
 def _cases():
