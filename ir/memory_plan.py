@@ -76,6 +76,12 @@ class MemoryPlan:
     stats: tuple[tuple[str, object], ...] = field(default=(), compare=False)
     streamed: tuple[str, ...] = ()  # tensors left out of the plan: too big to keep whole, moved by tiles
     requested_capacity: int | None = None  # the capacity asked for, when the plan had to use more
+    align: int = 1  # every tensor's bytes rounded up to a multiple of this (offsets follow), for executing backends
+    # the tile traffic of the `streamed` tensors, per (step, tensor, load|store), compulsory part apart
+    # (`ir.stream_traffic`); None: not recorded (a plan made before streams were planned, or without a tiling)
+    stream_events: tuple[TransferEvent, ...] | None = None
+    streamed_traffic: int = 0  # non-compulsory bytes of stream_events (tile re-reads)
+    streamed_compulsory: int = 0  # compulsory bytes of stream_events (first reads of inputs, output stores)
 
     @property
     def lower_bound(self) -> int:
@@ -90,14 +96,17 @@ class MemoryPlan:
 
     @property
     def total_traffic(self) -> int:
-        return self.traffic + self.compulsory
+        """Every DRAM byte: resident tensors' (spills, reloads, compulsory) and streamed tiles'."""
+        return self.traffic + self.compulsory + self.streamed_traffic + self.streamed_compulsory
 
     def residencies_of(self, tensor: str) -> tuple[Residency, ...]:
         return tuple(r for r in self.residencies if r.tensor == tensor)
 
     def __str__(self) -> str:
         lines = [f"memory_plan capacity={self.capacity} traffic={self.traffic} compulsory={self.compulsory} "
-                 f"bound={self.bounds.traffic} gap={self.gap:.1%} status={self.status} solver={self.solver}",
+                 f"bound={self.bounds.traffic} gap={self.gap:.1%} status={self.status} solver={self.solver}"
+                 + (f" streamed={len(self.streamed)} streamed_traffic={self.streamed_traffic} "
+                    f"streamed_compulsory={self.streamed_compulsory}" if self.streamed else ""),
                  f"  order: {' '.join(self.order)}"]
         loads: dict[tuple[str, int], TransferEvent] = {(e.tensor, e.step): e for e in self.events if e.kind == "load"}
         for r in sorted(self.residencies, key=lambda r: (r.start, r.offset, r.tensor)):
@@ -106,12 +115,16 @@ class MemoryPlan:
         for e in sorted(self.events, key=lambda e: (e.step, e.kind != "load", e.tensor)):
             tag = " compulsory" if e.compulsory else ""
             lines.append(f"  {e.kind} %{e.tensor} step {e.step} {e.bytes}B{tag}")
+        for e in sorted(self.stream_events or (), key=lambda e: (e.step, e.kind != "load", e.tensor, not e.compulsory)):
+            tag = " compulsory" if e.compulsory else ""
+            lines.append(f"  stream-{e.kind} %{e.tensor} step {e.step} {e.bytes}B{tag}")
         return "\n".join(lines)
 
 
 # ----- program text: the `memory_plan { ... }` section (registered in program_text) -------------
 def plan_record(plan: MemoryPlan) -> list[tuple[str, object]]:
-    """The section's fields in printing order; solve time and solver statistics vary between runs and are left out."""
+    """The section's fields in printing order; solve time and solver statistics vary between runs and are left out,
+    and so are the stream fields of a plan that did not record its streams."""
     b = plan.bounds
     return [
         ("capacity", plan.capacity), ("requested_capacity", plan.requested_capacity), ("weights", plan.weights),
@@ -119,14 +132,18 @@ def plan_record(plan: MemoryPlan) -> list[tuple[str, object]]:
         ("traffic", plan.traffic), ("compulsory", plan.compulsory), ("baseline_traffic", plan.baseline_traffic),
         ("bounds", [b.min_capacity, b.min_capacity_kernel, b.peak_live, b.traffic, b.traffic_source,
                     b.traffic_scope, b.capacity_only]),
-        ("order", list(plan.order)), ("streamed", list(plan.streamed)),
+        ("order", list(plan.order)), ("streamed", list(plan.streamed)), ("align", plan.align),
         ("residencies", [(r.tensor, r.start, r.end, r.offset, r.size) for r in plan.residencies]),
         ("events", [(e.step, e.kind, e.tensor, e.bytes, e.compulsory) for e in plan.events]),
-    ]
+    ] + ([] if plan.stream_events is None else [  # left out when not recorded: such texts read as before
+        ("streamed_traffic", plan.streamed_traffic), ("streamed_compulsory", plan.streamed_compulsory),
+        ("stream_events", [(e.step, e.kind, e.tensor, e.bytes, e.compulsory) for e in plan.stream_events])])
 
 
 PLAN_FIELDS = ("capacity", "requested_capacity", "weights", "order_mode", "solver", "status", "traffic", "compulsory",
-               "baseline_traffic", "bounds", "order", "streamed", "residencies", "events")
+               "baseline_traffic", "bounds", "order", "streamed", "align", "residencies", "events",
+               "streamed_traffic", "streamed_compulsory", "stream_events")
+PLAN_OPTIONAL = ("align", "streamed_traffic", "streamed_compulsory", "stream_events")  # fields older texts lack
 
 
 def plan_from_record(v: dict) -> MemoryPlan:
@@ -138,4 +155,6 @@ def plan_from_record(v: dict) -> MemoryPlan:
         compulsory=int(v["compulsory"]), bounds=PlanBounds(*v["bounds"]), solver=str(v["solver"]),
         status=str(v["status"]), solve_time=0.0, baseline_traffic=int(v["baseline_traffic"]),
         weights=bool(v["weights"]), order_mode=str(v["order_mode"]), streamed=tuple(v["streamed"]),
-        requested_capacity=v["requested_capacity"])
+        requested_capacity=v["requested_capacity"], align=int(v.get("align", 1)),
+        stream_events=None if v.get("stream_events") is None else tuple(TransferEvent(*e) for e in v["stream_events"]),
+        streamed_traffic=int(v.get("streamed_traffic", 0)), streamed_compulsory=int(v.get("streamed_compulsory", 0)))

@@ -31,7 +31,7 @@ from typing import Any
 
 from .errors import ParseError, SourceLocation
 from .graph import Graph, Node, Value
-from .memory_plan import PLAN_FIELDS, plan_from_record, plan_record
+from .memory_plan import PLAN_FIELDS, PLAN_OPTIONAL, plan_from_record, plan_record
 from .placement import PLACEMENT_FIELDS, placement_from_record, placement_record
 from .program import Kernel, Program
 from .target import TARGET_FIELDS, TargetError, target_from_record, target_record
@@ -507,7 +507,7 @@ def _parse_kind(reader: AnnotationReader, kernel: Kernel) -> Kernel:
 register_section(AnnotationSection("kernels", _print_kernels, _parse_kernels, order=10, field="kernels"))
 register_section(_record_section("target", "target", target_record, target_from_record, TARGET_FIELDS, order=20))
 register_section(_record_section(
-    "memory_plan", "memory_plan", plan_record, plan_from_record, PLAN_FIELDS, order=60,
+    "memory_plan", "memory_plan", plan_record, plan_from_record, PLAN_FIELDS, order=60, optional=PLAN_OPTIONAL,
     check=lambda plan, program: _unknown_kernels(plan.order, program)))
 register_section(_record_section(
     "placement", "placement", placement_record, placement_from_record, PLACEMENT_FIELDS, order=70,

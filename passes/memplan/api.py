@@ -159,7 +159,7 @@ def plan_memory(program_or_graph, capacity: int, order: str = "free", weights: b
                          solver=solver, options=options, weights=weights)
 
 
-def as_problem(program_or_graph, *, weights: bool = False) -> MemoryProblem:
+def as_problem(program_or_graph, *, weights: bool = False, align: int = 1) -> MemoryProblem:
     from tilegraph.ir.graph import Graph
     from tilegraph.ir.program import Program
 
@@ -169,7 +169,7 @@ def as_problem(program_or_graph, *, weights: bool = False) -> MemoryProblem:
         program_or_graph = Program.unfused(program_or_graph)
     if not isinstance(program_or_graph, Program):
         raise TypeError(f"expected a Program, Graph or MemoryProblem, got {type(program_or_graph).__name__}")
-    return from_program(program_or_graph, weights=weights)
+    return from_program(program_or_graph, weights=weights, align=align)
 
 
 def solve_problem(problem: MemoryProblem, capacity: int, *, order: str = "free", time_limit: float = 10.0,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tilegraph.ir.memory_plan import MemoryPlan
 from tilegraph.ir.program import Program
+from tilegraph.ir.stream_traffic import read_at_least
 from tilegraph.ir.units import parse_bytes
 from tilegraph.passes.manager import register_property_check
 from tilegraph.passes.registry import PassContext, register_pass
@@ -22,7 +23,7 @@ from .api import SOLVERS, Options, as_problem, solve_problem, with_plan
 from .checker import find_violations
 from .cpsat import SolverConfig
 from .problem import MemplanError, without_tensors
-from .streaming import choose_streamed
+from .streaming import check_tile_capacity, choose_streamed, planned_streams, stream_tiling_target
 
 
 def _flag(value: bool | str) -> bool:
@@ -47,12 +48,16 @@ class MemplanOptions:
     deterministic: bool = True  # same input and options, same plan (CP-SAT on deterministic time)
     stream: bool = False  # stream tensors that cannot be resident whole instead of failing
     grow: bool = False  # plan for a larger capacity when a kernel's working set needs it, instead of failing
+    align: int = 1  # round tensor sizes (so offsets) up to multiples of this many bytes; 64 for the C++ backend
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capacity", str(self.capacity))
         if self.capacity:
             parse_bytes(self.capacity)  # a bad size fails here, naming the text
         object.__setattr__(self, "time_limit", float(self.time_limit))
+        object.__setattr__(self, "align", int(self.align))
+        if self.align < 1:
+            raise ValueError(f"memplan: align must be a positive number of bytes, got {self.align}")
         object.__setattr__(self, "weights", _flag(self.weights))
         for name in ("deterministic", "stream", "grow"):
             object.__setattr__(self, name, _flag(getattr(self, name)))
@@ -88,8 +93,11 @@ def memplan_pass(program: Program, options: MemplanOptions, ctx: PassContext) ->
 
 def plan_program(program: Program, options: MemplanOptions) -> MemoryPlan:
     """The memory plan the pass attaches: streamed tensors left out, capacity grown, when the options say so."""
-    problem = as_problem(program, weights=options.weights)
+    problem = as_problem(program, weights=options.weights, align=options.align)
     wanted = scratchpad_capacity(program, options)
+    target = stream_tiling_target(program, wanted)
+    if options.stream and not options.grow:
+        check_tile_capacity(program, problem, wanted, target)
     streamed = choose_streamed(problem, wanted) if options.stream else frozenset()
     names = tuple(sorted(problem.tensor_names[i] for i in streamed))
     problem = without_tensors(problem, streamed)
@@ -97,7 +105,9 @@ def plan_program(program: Program, options: MemplanOptions) -> MemoryPlan:
     plan = solve_problem(problem, capacity, order=options.order, time_limit=options.time_limit,
                          solver=options.solver, weights=options.weights,
                          options=Options(config=SolverConfig(deterministic=options.deterministic)))
-    return dataclasses.replace(plan, streamed=names, requested_capacity=wanted if capacity > wanted else None)
+    plan = dataclasses.replace(plan, streamed=names, requested_capacity=wanted if capacity > wanted else None,
+                               align=options.align)
+    return planned_streams(program, plan, target) if names else plan
 
 
 def _plan_problems(program: Program):
@@ -109,7 +119,15 @@ def _plan_problems(program: Program):
     if tuple(plan.order) != tuple(k.name for k in program.kernels):
         yield "the kernels are not in the memory plan's order"
         return
-    yield from find_violations(as_problem(program, weights=plan.weights), plan)
+    yield from plan_violations(program, plan)
+
+
+def plan_violations(program: Program, plan: MemoryPlan) -> list[str]:
+    """The independent checker on `plan` for `program`, with the bytes each kernel surely reads of
+    each operand (from its loop domain), against which streamed loads are checked."""
+    reads = {(k.name, tensor): size for k in program.kernels if set(plan.streamed) & {v.name for v in k.inputs}
+             for tensor, size in read_at_least(k).items()}
+    return find_violations(as_problem(program, weights=plan.weights, align=plan.align), plan, reads=reads)
 
 
 register_property_check("memplanned", _plan_problems)

@@ -196,11 +196,12 @@ def peak_live(problem: MemoryProblem, order) -> int:
     return best
 
 
-def from_program(program, *, weights: bool = False) -> MemoryProblem:
+def from_program(program, *, weights: bool = False, align: int = 1) -> MemoryProblem:
     """Translate a Program: its kernels, in order, and the tensors crossing kernel boundaries.
 
     Parameters are tensors only with `weights=True` (else they are streamed and never occupy the
-    scratchpad). Tensors of zero bytes and tensors no kernel touches are left out.
+    scratchpad). Tensors of zero bytes and tensors no kernel touches are left out. With `align`,
+    sizes are rounded up to its multiples, so every offset a solver picks is aligned too.
     """
     from tilegraph.ir.graph import ValueKind
 
@@ -219,7 +220,7 @@ def from_program(program, *, weights: bool = False) -> MemoryProblem:
                 ValueKind.RESULT: TensorKind.INTERMEDIATE}[value.kind]
         index[value] = len(names)
         names.append(value.name)
-        sizes.append(value.type.nbytes)
+        sizes.append(-(-value.type.nbytes // align) * align)
         kinds.append(kind)
         outs.append(value in graph_outputs)
         return index[value]
