@@ -39,11 +39,11 @@ PHASES = ("conversion", "passes", "codegen", "build")
 @contextlib.contextmanager
 def phase_timer(seconds: dict[str, float]):
     """Add the time spent in each of tilegraph's compile phases to `seconds` while active."""
-    from tilegraph import driver
+    from tilegraph import program_cache
     from tilegraph.backends import cpp
     from tilegraph.frontends.fx import dynamo
 
-    patches = [(dynamo, "convert_graph_module", "conversion"), (driver, "compile_program", "passes"),
+    patches = [(dynamo, "convert_graph_module", "conversion"), (program_cache, "run_cached", "passes"),
                (cpp, "generate", "codegen"), (cpp, "build_library", "build")]
     originals = [(module, name, getattr(module, name)) for module, name, _ in patches]
 

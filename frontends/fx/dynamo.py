@@ -44,11 +44,15 @@ class DynamoOptions:
     cudagraphs: replay a Triton graph's launches through a CUDA graph after a warm-up call.
     autotune: time each Triton kernel's launch configurations on its first CUDA call (cached on
         disk); off by default, like Inductor's default mode, because it multiplies compile time.
+    program_cache: reuse the scheduled Program of a graph compiled before (same graph, weights and
+        tilegraph code), from disk: a recompile skips the passes (`tilegraph.program_cache`; the
+        environment variable TILEGRAPH_PROGRAM_CACHE=0 turns it off too).
     """
 
     target: str = "auto"
     cudagraphs: bool = True
     autotune: bool = False
+    program_cache: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None) -> DynamoOptions:
@@ -62,7 +66,7 @@ class DynamoOptions:
         if options.get("target", "auto") not in TARGETS:
             raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): target {options['target']!r} is not "
                                  f"one of {', '.join(map(repr, TARGETS))}")
-        for flag in ("cudagraphs", "autotune"):
+        for flag in ("cudagraphs", "autotune", "program_cache"):
             if not isinstance(options.get(flag, True), bool):
                 raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): {flag} must be True or False, "
                                      f"not {options[flag]!r}")
@@ -75,12 +79,12 @@ class DynamoOptions:
         return "triton" if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args) else "cpp"
 
 
-def compile_graph(graph: Graph, target: str = "cpp"):
-    """A converted graph through the pipeline, built for `target`."""
+def compile_graph(graph: Graph, target: str = "cpp", *, program_cache: bool = True):
+    """A converted graph through the pipeline (or its scheduled Program from the cache), built for `target`."""
     import tilegraph
 
     verify(graph)
-    return tilegraph.compile(graph, target=target)
+    return tilegraph.compile(graph, target=target, program_cache=program_cache)
 
 
 class TilegraphGraph:
@@ -125,7 +129,7 @@ class TilegraphGraph:
             conversion = convert_graph_module(self.gm, args, name=self.name)
             conversion.graph.name = self.ir_name
             converted = time.perf_counter() - start
-            program = compile_graph(conversion.graph, target)
+            program = compile_graph(conversion.graph, target, program_cache=self.options.program_cache)
             program.compile_seconds = {"conversion": converted, **program.compile_seconds}
             runner_type = TritonRunner if target == "triton" else HostRunner
             runner = runner_type(conversion, program, args, self.options)

@@ -23,9 +23,9 @@ def built(monkeypatch) -> list:
     calls = []
     original = dynamo.compile_graph
 
-    def recording(graph, target="cpp"):
+    def recording(graph, target="cpp", **options):
         calls.append((graph, target))
-        return original(graph, target)
+        return original(graph, target, **options)
 
     monkeypatch.setattr(dynamo, "compile_graph", recording)
     return calls

@@ -243,9 +243,9 @@ def test_the_target_option_chooses_the_backend(target, graphs, monkeypatch):
     built = []
     original = dynamo.compile_graph
 
-    def recording(graph, target="cpp"):
+    def recording(graph, target="cpp", **options):
         built.append(target)
-        return original(graph, target)
+        return original(graph, target, **options)
 
     monkeypatch.setattr(dynamo, "compile_graph", recording)
     model, x = mlp(), torch.randn(3, 8)
@@ -335,8 +335,8 @@ class _PointerRecorder:
 def test_the_cpp_path_reads_cpu_inputs_in_place_and_its_outputs_own_their_memory(graphs, monkeypatch):
     seen = []
     original = dynamo.compile_graph
-    monkeypatch.setattr(dynamo, "compile_graph", lambda graph, target="cpp": _PointerRecorder(
-        original(graph, target), seen))
+    monkeypatch.setattr(dynamo, "compile_graph", lambda graph, target="cpp", **options: _PointerRecorder(
+        original(graph, target, **options), seen))
     model = mlp()
     fn = compiled(model, target="cpp")
     x, y = torch.randn(3, 8), torch.randn(3, 8)

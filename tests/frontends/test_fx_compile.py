@@ -101,7 +101,7 @@ def test_unsupported_graph_falls_back_to_eager_with_a_warning(built):
 
 
 def test_a_crash_inside_tilegraph_falls_back_to_eager_with_a_warning(monkeypatch):
-    def broken(graph, target=None):
+    def broken(graph, target=None, **options):
         raise KeyError("a bug")
 
     monkeypatch.setattr(tilegraph_dynamo, "compile_graph", broken)
