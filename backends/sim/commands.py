@@ -25,8 +25,9 @@ The DRAM bytes of the stream are the plan's load and store events (compulsory fi
 output stores, plus spills and reloads; weights are planned tensors, `weights=True`), a load
 moving only the elements the kernels read (`footprint`: a stride-2 1x1 conv reads a quarter of
 its input),
-plus the tile traffic of tensors too big for the scratchpad, which `prepare` left out of the
-plan to stream them (`streaming`): read by every consumer's tiles, written by its producer's;
+plus the tile traffic of tensors too big for the scratchpad, which the plan streams and records
+(`MemoryPlan.stream_events`, replayed by `streaming`; counted there for plans that did not record
+it): read by every consumer's tiles, written by its producer's;
 plus, with `psum_writeback`, the partial sums of every fold of K over the array rows but the last
 (ws and is), stored with the kernel's results.
 

@@ -6,6 +6,10 @@ Checked: the order is a topological permutation; every operand of the running ke
 co-resident tensors never overlap; every residency lies inside the capacity at one fixed offset;
 a tensor is resident only after it exists; each residency starts with its creation or a load of a
 valid DRAM copy; graph outputs reach DRAM; and the reported traffic equals the listed events.
+Streamed tensors (never resident) are checked apart, when the plan records their tile traffic:
+events only at steps of kernels that read (loads) or write (stores) them, each reader loading at
+least what it surely reads, the producer storing at least the tensor, the compulsory part only on
+the first reader of an input and the producer of an output, and the streamed totals equal to them.
 """
 from __future__ import annotations
 
@@ -38,10 +42,14 @@ class PlanCheckError(AssertionError):
         super().__init__(f"memory plan is invalid ({len(violations)} violation(s)):\n{shown}{more}")
 
 
-def find_violations(problem, plan) -> list[str]:
-    """Every way `plan` breaks the model of `problem` (empty when valid); tensors the plan streams are left out."""
-    problem = _without(problem, set(getattr(plan, "streamed", ())))
+def find_violations(problem, plan, reads: dict[tuple[str, str], int] | None = None) -> list[str]:
+    """Every way `plan` breaks the model of `problem` (empty when valid). Tensors the plan streams
+    are checked apart (`_check_streams`); `reads` gives, per (kernel, tensor), bytes the kernel
+    surely reads of it (its loop domain's distinct elements): a streamed load must move at least
+    those (without it, at least one byte)."""
     bad: list[str] = []
+    _check_streams(problem, plan, reads or {}, bad)
+    problem = _without(problem, set(getattr(plan, "streamed", ())))
     names = list(problem.tensor_names)
     tid = {n: i for i, n in enumerate(names)}
     kid = {n: k for k, n in enumerate(problem.kernel_names)}
@@ -224,8 +232,88 @@ def _check_traffic(r: _Replay, bad: list[str]) -> None:
         bad.append(f"reported compulsory traffic {plan.compulsory} B != {compulsory} B counted from the events")
 
 
-def check_plan(problem, plan) -> None:
-    """Raise PlanCheckError when `plan` is not a valid plan for `problem`."""
-    violations = find_violations(problem, plan)
+def _check_streams(problem, plan, reads: dict[tuple[str, str], int], bad: list[str]) -> None:
+    """The tile traffic of streamed tensors, when the plan records it (`stream_events` not None).
+    A size check uses the tensor's size less the plan's alignment padding (its true bytes are at least that)."""
+    streamed = set(getattr(plan, "streamed", ()))
+    events = getattr(plan, "stream_events", None)
+    if events is None:
+        return
+    names = list(problem.tensor_names)
+    tid = {n: i for i, n in enumerate(names)}
+    step_of = {n: t for t, n in enumerate(plan.order)}
+    kid = {n: k for k, n in enumerate(problem.kernel_names)}
+    pad = max(1, getattr(plan, "align", 1)) - 1
+    for name in sorted(streamed - set(tid)):
+        bad.append(f"streamed tensor %{name} is no tensor of the problem")
+    moved: defaultdict[tuple[str, str, int], int] = defaultdict(int)  # (tensor, kind, step) -> bytes
+    comp: defaultdict[tuple[str, str], list[int]] = defaultdict(list)  # (tensor, kind) -> steps of compulsory bytes
+    comp_bytes: defaultdict[tuple[str, str], int] = defaultdict(int)
+    total = {True: 0, False: 0}
+    for e in events:
+        total[bool(e.compulsory)] += e.bytes
+        if e.tensor not in streamed or e.tensor not in tid:
+            bad.append(f"stream-{e.kind} of %{e.tensor}, which the plan does not stream")
+            continue
+        if e.kind not in ("load", "store"):
+            bad.append(f"stream event kind {e.kind!r} is neither load nor store")
+            continue
+        if e.bytes <= 0:
+            bad.append(f"stream-{e.kind} %{e.tensor} at step {e.step} moves {e.bytes} B")
+        if not 0 <= e.step < len(plan.order):
+            bad.append(f"stream-{e.kind} %{e.tensor} at step {e.step} outside 0..{len(plan.order) - 1}")
+            continue
+        k = kid.get(plan.order[e.step])
+        ops = () if k is None else problem.kernel_inputs[k] if e.kind == "load" else problem.kernel_outputs[k]
+        if tid[e.tensor] not in ops:
+            verb = "read" if e.kind == "load" else "write"
+            bad.append(f"stream-{e.kind} %{e.tensor} at step {e.step}: kernel {plan.order[e.step]} does not {verb} it")
+            continue
+        moved[e.tensor, e.kind, e.step] += e.bytes
+        if e.compulsory:
+            comp[e.tensor, e.kind].append(e.step)
+            comp_bytes[e.tensor, e.kind] += e.bytes
+    for name in sorted(streamed & set(tid)):
+        i = tid[name]
+        size = max(1, problem.sizes[i] - pad)
+        readers = sorted((step_of[problem.kernel_names[k]], problem.kernel_names[k])
+                         for k, ins in enumerate(problem.kernel_inputs) if i in ins and problem.kernel_names[k] in step_of)
+        for t, kernel in readers:
+            need = max(1, reads.get((kernel, name), 1))
+            if moved[name, "load", t] < need:
+                bad.append(f"streamed %{name}: kernel {kernel} (step {t}) loads {moved[name, 'load', t]} B, "
+                           f"less than the {need} B it reads")
+        makers = [k for k, outs in enumerate(problem.kernel_outputs) if i in outs]
+        for k in makers:
+            t = step_of.get(problem.kernel_names[k])
+            if t is not None and moved[name, "store", t] < size:
+                bad.append(f"streamed %{name}: its producer {problem.kernel_names[k]} (step {t}) stores "
+                           f"{moved[name, 'store', t]} B, less than its {size} B")
+        dram_born = problem.kinds[i].value in ("input", "weight")
+        first = [readers[0][0]] if dram_born and readers else []
+        if any(t not in first for t in comp[name, "load"]):
+            bad.append(f"streamed %{name}: compulsory loads at steps {comp[name, 'load']}; only the first read of "
+                       "an input or weight is compulsory")
+        if comp_bytes[name, "load"] > problem.sizes[i]:
+            bad.append(f"streamed %{name}: {comp_bytes[name, 'load']} B of compulsory loads exceed its size")
+        if dram_born and readers and comp_bytes[name, "load"] < min(size, moved[name, "load", first[0]]):
+            bad.append(f"streamed %{name}: its first read at step {first[0]} is not counted as compulsory")
+        wrote = [step_of[problem.kernel_names[k]] for k in makers if problem.kernel_names[k] in step_of]
+        if comp[name, "store"] and (not problem.is_output[i] or any(t not in wrote for t in comp[name, "store"])):
+            bad.append(f"streamed %{name}: compulsory stores, but it is no graph output written there")
+        if problem.is_output[i] and wrote and comp_bytes[name, "store"] < size:
+            bad.append(f"streamed graph output %{name}: {comp_bytes[name, 'store']} B of compulsory stores, "
+                       f"less than its {size} B")
+    if total[False] != getattr(plan, "streamed_traffic", 0):
+        bad.append(f"reported streamed traffic {plan.streamed_traffic} B != {total[False]} B counted from "
+                   "the stream events")
+    if total[True] != getattr(plan, "streamed_compulsory", 0):
+        bad.append(f"reported streamed compulsory traffic {plan.streamed_compulsory} B != {total[True]} B "
+                   "counted from the stream events")
+
+
+def check_plan(problem, plan, reads: dict[tuple[str, str], int] | None = None) -> None:
+    """Raise PlanCheckError when `plan` is not a valid plan for `problem` (`reads`: see find_violations)."""
+    violations = find_violations(problem, plan, reads)
     if violations:
         raise PlanCheckError(violations)

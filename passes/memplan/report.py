@@ -18,6 +18,13 @@ def format_report(plan: MemoryPlan) -> str:
         f"  non-compulsory traffic: {format_bytes(plan.traffic)} ({plan.traffic} B)",
         f"  baseline (TFLite-style, Belady/greedy): {format_bytes(plan.baseline_traffic)}{reduction}",
         f"  compulsory traffic: {format_bytes(plan.compulsory)}",
+    ]
+    if plan.streamed:
+        tiles = "not recorded" if plan.stream_events is None else \
+            f"tile re-reads {format_bytes(plan.streamed_traffic)} ({plan.streamed_traffic} B), compulsory " \
+            f"{format_bytes(plan.streamed_compulsory)}"
+        lines.append(f"  streamed by tiles: {len(plan.streamed)} tensor(s), not resident; their traffic: {tiles}")
+    lines += [
         f"  lower bound: {format_bytes(b.traffic)} ({b.traffic_source}, {b.traffic_scope}); gap {plan.gap:.1%}",
     ]
     if order_bound is not None and order_bound > b.traffic:

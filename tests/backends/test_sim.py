@@ -203,6 +203,25 @@ def test_tensors_too_big_for_the_scratchpad_are_streamed_by_tiles():
     assert ideal.stream_bytes == 0 and ideal.dram_bytes == 3 * size < report.dram_bytes
 
 
+def test_the_simulator_replays_the_plans_stream_events():
+    accel = load_accel("edge-npu")
+    program = prepare(matmul_graph(256, 256, 256), accel, solver="heuristic")
+    plan = program.memory_plan
+    assert plan.stream_events and plan.streamed_traffic > 0
+    report = simulate(program, accel)
+    assert report.read_stream + report.write_stream == plan.streamed_traffic
+    assert report.dram_bytes == plan.total_traffic
+    # a plan from before stream events were recorded: the simulator counts them with the same model
+    old = dataclasses.replace(plan, stream_events=None, streamed_traffic=0, streamed_compulsory=0)
+    assert simulate(dataclasses.replace(program, memory_plan=old), accel) == report
+    # what it moves is what the plan says: twice a re-read's bytes, twice the streamed traffic of it
+    reread = next(e for e in plan.stream_events if not e.compulsory)
+    doubled = tuple(dataclasses.replace(e, bytes=2 * e.bytes) if e == reread else e for e in plan.stream_events)
+    changed = dataclasses.replace(plan, stream_events=doubled, streamed_traffic=plan.streamed_traffic + reread.bytes)
+    again = simulate(dataclasses.replace(program, memory_plan=changed), accel)
+    assert again.read_stream == report.read_stream + reread.bytes
+
+
 def test_a_plan_without_weights_streams_them():
     from tilegraph.passes.memplan import memplan
 
