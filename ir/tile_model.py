@@ -174,7 +174,7 @@ def lower_bound(domain: KernelDomain, template: KernelTemplate | None, target: T
     return best
 
 
-# ----- the grid of candidate tilings (the tile pass searches it; the simulator re-tiles streamed kernels on it)
+# ----- the grid of candidate tilings (the tile pass searches it; ir.stream_traffic re-tiles streamed kernels on it)
 def candidates(extent: int, kind: str) -> list[int]:
     """Tile sizes tried for one loop: powers of two below its extent, and the extent (a full loop: its extent)."""
     if kind == FULL or extent <= 1:
