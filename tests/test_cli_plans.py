@@ -75,6 +75,16 @@ def test_memplan_below_the_largest_working_set_names_the_kernel(capsys):
     assert "Traceback" not in err
 
 
+def test_memplan_stream_plans_below_the_largest_working_set_and_counts_the_tiles(capsys):
+    code, out, err = cli(capsys, "memplan", BLOCK, "--capacity", "200KiB", "--weights", "--stream",
+                         "--time-limit", "2")
+    assert code == 0, err
+    assert "streamed by tiles:" in out and "tile re-reads" in out
+    assert "checked: valid" in out and "streamed tile traffic" in out
+    code, _, err = cli(capsys, "memplan", BLOCK, "--capacity", "64", "--weights", "--stream")
+    assert code == 2 and "even with every tensor streamed by tiles" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("args, message", [
     (("--capacity", "lots"), "cannot read 'lots' as a positive size"),
     (("--order", "sideways"), "order must be 'free' or 'fixed'"),

@@ -57,6 +57,8 @@ def memplan(
     plot: Annotated[Optional[Path], typer.Option(help="draw the memory map (address against step) to this image")] = None,
     min_footprint: Annotated[bool, typer.Option("--min-footprint", help="instead: the smallest arena with no "
                                                 "spill (order and addresses together; --capacity is ignored)")] = False,
+    stream: Annotated[bool, typer.Option("--stream", help="stream tensors too big to keep whole by tiles; "
+                                         "the plan counts their tile traffic")] = False,
     entry: Entry = None,
 ) -> None:
     """Plan the scratchpad: kernel order, tensor addresses and spills/reloads, with a proven bound."""
@@ -81,6 +83,9 @@ def memplan(
         size = parse_bytes(capacity)
     except ValueError as error:
         raise TilegraphError(f"--capacity: {error}") from None
+    if stream:
+        _memplan_streamed(program, size, order, weights, time_limit, solver, plot)
+        return
     with progress_line(f"memplan of {len(program.kernels)} kernels") as show:
         plan = plan_memory(problem, size, order=order, weights=weights, time_limit=time_limit, solver=solver,
                            progress=lambda p: show(str(p)),
@@ -88,6 +93,27 @@ def memplan(
     check_plan(problem, plan)  # the independent checker: a failure here is a bug, not bad input
     typer.echo(format_report(plan))
     typer.echo("  checked: valid (residency at use, no overlap, capacity, fixed addresses, traffic = events)")
+    _plot(plot_memory_map, plot, plan)
+
+
+def _memplan_streamed(program, size: int, order: str, weights: bool, time_limit: float, solver: str, plot) -> None:
+    """`memplan --stream`: the memplan pass's plan, tensors too big to keep whole streamed by tiles."""
+    from tilegraph.passes.memplan import PlanCheckError, format_report, plot_memory_map
+    from tilegraph.passes.memplan.pass_ import MemplanOptions, plan_program, plan_violations
+
+    try:
+        options = MemplanOptions(capacity=str(size), order=order, weights=weights, time_limit=time_limit,
+                                 solver=solver, stream=True)
+    except ValueError as error:
+        raise TilegraphError(str(error)) from None
+    with progress_line(f"memplan of {len(program.kernels)} kernels, streaming"):
+        plan = plan_program(program, options)
+    violations = plan_violations(program, plan)
+    if violations:  # the independent checker: a failure here is a bug, not bad input
+        raise PlanCheckError(violations)
+    typer.echo(format_report(plan))
+    typer.echo("  checked: valid (residency at use, no overlap, capacity, fixed addresses, traffic = events, "
+               "streamed tile traffic)")
     _plot(plot_memory_map, plot, plan)
 
 
