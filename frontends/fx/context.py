@@ -51,12 +51,13 @@ def tensor_type(tensor: torch.Tensor) -> TensorType:
     return TensorType(tuple(tensor.shape), ir_dtype(tensor.dtype))
 
 
-def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A private numpy copy of a tensor (bf16 is stored as float32, as the IR does)."""
+def to_numpy(tensor: torch.Tensor, copy: bool = True) -> np.ndarray:
+    """A private numpy copy of a tensor (bf16 is stored as float32, as the IR does); with copy=False
+    a CPU tensor's own memory where it has a numpy dtype (the caller then notices in-place updates)."""
     tensor = tensor.detach().cpu()
     if tensor.dtype is torch.bfloat16:
         tensor = tensor.float()
-    return tensor.clone().numpy()
+    return tensor.clone().numpy() if copy else tensor.numpy()
 
 
 class ConvertContext:

@@ -2,7 +2,9 @@
 
 The converter walks the fx graph once, running every node on the example inputs (that is the shape
 propagation: each node's real result gives its shape and dtype) and converting it with the
-converter registered for its target. Along the way:
+converter registered for its target. Dynamo's graphs carry each node's result as a fake tensor of
+static shape: there, nodes that read an input or a weight take that instead of running (the model
+does not run once more during conversion). Along the way:
 
 - Python-level values (`x.size(1)`, `n // 2`, shapes) stay Python values: shapes are static.
 - A node that depends on no input and no parameter (`torch.arange(n)`, a causal mask built from
@@ -26,6 +28,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor
 
 from tilegraph.ir import Graph, GraphBuilder, ShapeError, SourceLocation, TilegraphError, Value
 from tilegraph.ir.verifier import verify
@@ -75,11 +78,15 @@ class _Placeholder:
 
 class FxConverter:
     """Converts one fx GraphModule; `placeholders` overrides how named placeholders are bound
-    (torch.export passes parameters and buffers as placeholders)."""
+    (torch.export passes parameters and buffers as placeholders). `share_weights`: parameters read
+    the torch tensors' memory instead of a copy (torch.compile, which notices in-place updates)."""
 
     def __init__(self, gm: fx.GraphModule, name: str = "main",
-                 placeholders: dict[str, _Placeholder] | None = None, model: str | None = None) -> None:
+                 placeholders: dict[str, _Placeholder] | None = None, model: str | None = None,
+                 share_weights: bool = False) -> None:
         self.gm = gm
+        self.share_weights = share_weights
+        self.propagated = False  # whether Dynamo's example values stand in for running live nodes
         self.model = model or name
         self.b = GraphBuilder(name)
         self.graph = self.b.graph
@@ -100,6 +107,7 @@ class FxConverter:
     def convert(self, args: Sequence[Any]) -> Conversion:
         position = 0
         result = None
+        self.propagated = _propagated_statically(self.gm, args)
         try:
             for node in self.gm.graph.nodes:
                 try:
@@ -194,7 +202,7 @@ class FxConverter:
             type_ = tensor_type(tensor)
         except Unsupported as e:
             raise Unsupported(f"parameter {name}: {e}") from None
-        value = self.graph.add_param(name, type_, to_numpy(tensor))
+        value = self.graph.add_param(name, type_, to_numpy(tensor, copy=not self.share_weights))
         self._params[id(tensor)] = (tensor, value)
         return value
 
@@ -211,7 +219,7 @@ class FxConverter:
         module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
         inputs = node.all_input_nodes
         after_failure = any(n in self.failed for n in inputs)  # still run, to report ops with no converter
-        result = self._execute(node, module)
+        result = self._example(node, module)
         self._track_autocast(node, result)
         if _is_setitem(node):  # `x[i] = v` returns None: what it makes is the updated x
             result = self.examples[node.args[0]]
@@ -294,8 +302,26 @@ class FxConverter:
         self._name_results(node, produced, before)
         return produced
 
-    def _execute(self, node: fx.Node, module: torch.nn.Module | None) -> Any:
-        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: self.examples[n])
+    def _example(self, node: fx.Node, module: torch.nn.Module | None) -> Any:
+        """The node's result on the example inputs. Where Dynamo propagated static example values, a node
+        reading an input or a parameter takes its (fake) value instead of running: converters read only
+        shapes and dtypes, so conversion does not run the model once more. What gets folded (nodes on
+        constants, and those that read only a live input's shape, on zeros of that shape) still runs."""
+        live_inputs = [n for n in node.all_input_nodes if n in self.live]
+        if not self.propagated or not live_inputs:
+            return self._execute(node, module)
+        if self._depends_on_shape_only(node, live_inputs):
+            return self._execute(node, module, stand_ins=True)
+        return node.meta["example_value"]
+
+    def _execute(self, node: fx.Node, module: torch.nn.Module | None, stand_ins: bool = False) -> Any:
+        def example(n: fx.Node) -> Any:
+            value = self.examples[n]
+            if stand_ins and isinstance(value, FakeTensor):
+                return torch.zeros(value.shape, dtype=value.dtype)
+            return value
+
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), example)
         try:
             with torch.no_grad():
                 if node.op == "call_function":
@@ -465,6 +491,36 @@ def source_location(stack_trace: str | None) -> SourceLocation | None:
     return SourceLocation(file, line, column, text.rstrip("\n") if text else None)
 
 
+def _propagated_statically(gm: fx.GraphModule, args: Sequence[Any]) -> bool:
+    """Whether every call node of a Dynamo graph carries an example value with static shapes, for
+    placeholders of the arguments' own shapes and dtypes, outside autocast (whose dtype rules re-run ops)."""
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module"):
+            if node.target in (ops_autocast.ENTER, ops_autocast.EXIT) or "example_value" not in node.meta:
+                return False
+            if not all(_static(leaf) for leaf in pytree.tree_leaves(node.meta["example_value"])):
+                return False
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        return False
+    for node, arg in zip(placeholders, args):
+        example = node.meta.get("example_value")
+        if isinstance(arg, torch.Tensor):
+            if not isinstance(example, FakeTensor) or tuple(example.shape) != tuple(arg.shape) \
+                    or example.dtype != arg.dtype or not _static(example):
+                return False
+    return True
+
+
+def _static(leaf: Any) -> bool:
+    """A fake tensor of static shape and strides, or a plain Python value (no symbolic sizes)."""
+    if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return False
+    if isinstance(leaf, torch.Tensor):
+        return isinstance(leaf, FakeTensor) and all(isinstance(d, int) for d in leaf.shape)
+    return True
+
+
 def _has_tensor(value: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
 
@@ -539,9 +595,11 @@ def _torch_dtype_of(value: Value) -> torch.dtype:
 
 # ----- entry points -------------------------------------------------------------------------------
 def convert_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name: str | None = None,
-                         placeholders: dict[str, _Placeholder] | None = None) -> Conversion:
+                         placeholders: dict[str, _Placeholder] | None = None,
+                         share_weights: bool = False) -> Conversion:
+    """Convert `gm` bound to `example_inputs` (`share_weights`: see FxConverter)."""
     name = name or type(gm).__name__
-    converter = FxConverter(gm, name, placeholders, model=name)
+    converter = FxConverter(gm, name, placeholders, model=name, share_weights=share_weights)
     return converter.convert(list(example_inputs))
 
 

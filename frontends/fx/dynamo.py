@@ -126,7 +126,8 @@ class TilegraphGraph:
         target = self.options.target_for(args)
         try:
             start = time.perf_counter()
-            conversion = convert_graph_module(self.gm, args, name=self.name)
+            # the weights' own memory: an update in place makes `Runner.current` false, and converts again
+            conversion = convert_graph_module(self.gm, args, name=self.name, share_weights=True)
             conversion.graph.name = self.ir_name
             converted = time.perf_counter() - start
             program = compile_graph(conversion.graph, target, program_cache=self.options.program_cache)
