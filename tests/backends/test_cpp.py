@@ -143,7 +143,7 @@ def test_vector_micro_kernel_on_padded_and_strided_convolutions(stride):
 NATIVE_FLAGS = "-O1 -march=native -fopenmp"  # the AVX-512 masked loads where the host has them
 
 
-@pytest.mark.parametrize("channels,tile,widened", [(6, 2, 4), (3, 1, 3), (16, 2, 4), (9, 5, 5)])
+@pytest.mark.parametrize("channels,tile,widened", [(6, 2, 6), (3, 1, 3), (16, 2, 8), (9, 5, 8), (20, 4, 8)])
 def test_narrow_channel_tiles_widen_to_the_register_block(channels, tile, widened):
     """A conv whose tile gives the register block fewer than `min_rows` output channels runs
     `min_rows` per tile (ragged last tile, odd widths, padding, a residual epilogue); not below

@@ -242,48 +242,48 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ norm
 }
 
 // kernel k1 (generic): matmul
-// loops: d0<64 parallel tile 4>, d1<128 parallel tile 128>, d2<128 reduction tile 128>
+// loops: d0<64 parallel tile 8>, d1<128 parallel tile 128>, d2<128 reduction tile 128>
 static int kernel_k1(const float* __restrict__ v27, const float* __restrict__ self_attention_wq, float* __restrict__ v1) {
-  // tile: d0=4 (parallel), d1=128 (parallel), d2=128 (reduction)
+  // tile: d0=8 (parallel), d1=128 (parallel), d2=128 (reduction)
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(2048));
+      char* scratch = static_cast<char*>(tg_alloc(4096));
 #pragma omp for collapse(1) schedule(static)
-      for (int64_t t0 = 0; t0 < 16; ++t0) {
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
+      for (int64_t t0 = 0; t0 < 8; ++t0) {
+        const int64_t lo0 = t0 * 8;
+        const int64_t hi0 = lo0 + 8;
         float* __restrict__ v1_tile = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
-          for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
-            for (int64_t b1 = 0; b1 < 128; b1 += 64) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(64, 128 - b1);
-              // register blocks: mu in {4}, nv in {64}
-              if (mu == 4 && nv == 64) {
-                tg_vf vacc[4][4];
-                float row[64];
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 64; ++vv) row[vv] = ((float)0.0);
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
+          for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
+            for (int64_t b1 = 0; b1 < 128; b1 += 32) {
+              const int64_t mu = tg_lmin(8, hi0 - b0);
+              const int64_t nv = tg_lmin(32, 128 - b1);
+              // register blocks: mu in {8}, nv in {32}
+              if (mu == 8 && nv == 32) {
+                tg_vf vacc[8][2];
+                float row[32];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t vv = 0; vv < 32; ++vv) row[vv] = ((float)0.0);
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[4]; for (int64_t q = 0; q < 4; ++q) std::memcpy(&a1[q], &self_attention_wq[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
-#pragma GCC unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &self_attention_wq[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
+#pragma GCC unroll 8
+                  for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v27[128 * (b0 + uu) + i2];
-#pragma GCC unroll 4
-                    for (int64_t q = 0; q < 4; ++q) {
+#pragma GCC unroll 2
+                    for (int64_t q = 0; q < 2; ++q) {
                       vacc[uu][q] = (vacc[uu][q] + (a0 * a1[q]));
                     }
                   }
                 }
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 64; ++vv) v1_tile[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+                  for (int64_t vv = 0; vv < 32; ++vv) v1_tile[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
                 }
               }
             }
@@ -576,53 +576,53 @@ static int kernel_k8(const float* __restrict__ v33, float* __restrict__ v8) {
 }
 
 // kernel k9 (generic): matmul, add, add, mean, sub, mul, mean, add, rsqrt, mul, mul, add
-// loops: d0<64 parallel tile 4>, d1<128 full tile 128>, d2<128 reduction tile 128>
+// loops: d0<64 parallel tile 8>, d1<128 full tile 128>, d2<128 reduction tile 128>
 static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ self_attention_wo, const float* __restrict__ self_attention_bo, const float* __restrict__ x, const float* __restrict__ v22, const float* __restrict__ norm_1_scale, const float* __restrict__ norm_1_shift, float* __restrict__ h_, float* __restrict__ v43) {
-  // tile: d0=4 (parallel), d1=128 (full), d2=128 (reduction)
+  // tile: d0=8 (parallel), d1=128 (full), d2=128 (reduction)
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(6336));
+      char* scratch = static_cast<char*>(tg_alloc(12480));
 #pragma omp for collapse(1) schedule(static)
-      for (int64_t t0 = 0; t0 < 16; ++t0) {
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
+      for (int64_t t0 = 0; t0 < 8; ++t0) {
+        const int64_t lo0 = t0 * 8;
+        const int64_t hi0 = lo0 + 8;
         float* __restrict__ v9 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 2048);
-        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 2112);
-        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 4160);
-        float* __restrict__ v37 = reinterpret_cast<float*>(scratch + 6208);
-        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 6272);
+        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 4096);
+        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 4160);
+        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 8256);
+        float* __restrict__ v37 = reinterpret_cast<float*>(scratch + 12352);
+        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 12416);
         {
           // matmul
-          for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
-            for (int64_t b1 = 0; b1 < 128; b1 += 64) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(64, 128 - b1);
-              // register blocks: mu in {4}, nv in {64}
-              if (mu == 4 && nv == 64) {
-                tg_vf vacc[4][4];
-                float row[64];
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 64; ++vv) row[vv] = ((float)0.0);
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
+          for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
+            for (int64_t b1 = 0; b1 < 128; b1 += 32) {
+              const int64_t mu = tg_lmin(8, hi0 - b0);
+              const int64_t nv = tg_lmin(32, 128 - b1);
+              // register blocks: mu in {8}, nv in {32}
+              if (mu == 8 && nv == 32) {
+                tg_vf vacc[8][2];
+                float row[32];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t vv = 0; vv < 32; ++vv) row[vv] = ((float)0.0);
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[4]; for (int64_t q = 0; q < 4; ++q) std::memcpy(&a1[q], &self_attention_wo[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
-#pragma GCC unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &self_attention_wo[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
+#pragma GCC unroll 8
+                  for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v8[128 * (b0 + uu) + i2];
-#pragma GCC unroll 4
-                    for (int64_t q = 0; q < 4; ++q) {
+#pragma GCC unroll 2
+                    for (int64_t q = 0; q < 2; ++q) {
                       vacc[uu][q] = (vacc[uu][q] + (a0 * a1[q]));
                     }
                   }
                 }
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 64; ++vv) v9[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+                  for (int64_t vv = 0; vv < 32; ++vv) v9[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
                 }
               }
             }
@@ -647,7 +647,7 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
           for (int64_t b0 = lo0; b0 < hi0; b0 += 16) {
             const int64_t mu = 1;
             const int64_t nv = tg_lmin(16, hi0 - b0);
-            // register blocks: mu in {1}, nv in {4}
+            // register blocks: mu in {1}, nv in {8}
             if (mu == 1) {
               tg_vf vacc[1][1];
               float row[16];
@@ -703,7 +703,7 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
           for (int64_t b0 = lo0; b0 < hi0; b0 += 16) {
             const int64_t mu = 1;
             const int64_t nv = tg_lmin(16, hi0 - b0);
-            // register blocks: mu in {1}, nv in {4}
+            // register blocks: mu in {1}, nv in {8}
             if (mu == 1) {
               tg_vf vacc[1][1];
               float row[16];
@@ -765,48 +765,48 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
 }
 
 // kernel k10 (generic): matmul, add, gelu
-// loops: d0<64 parallel tile 4>, d1<512 parallel tile 512>, d2<128 reduction tile 128>
+// loops: d0<64 parallel tile 8>, d1<512 parallel tile 512>, d2<128 reduction tile 128>
 static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ mlp_w1, const float* __restrict__ mlp_b1, float* __restrict__ v14) {
-  // tile: d0=4 (parallel), d1=512 (parallel), d2=128 (reduction)
+  // tile: d0=8 (parallel), d1=512 (parallel), d2=128 (reduction)
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(8192));
+      char* scratch = static_cast<char*>(tg_alloc(16384));
 #pragma omp for collapse(1) schedule(static)
-      for (int64_t t0 = 0; t0 < 16; ++t0) {
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
+      for (int64_t t0 = 0; t0 < 8; ++t0) {
+        const int64_t lo0 = t0 * 8;
+        const int64_t hi0 = lo0 + 8;
         float* __restrict__ v12 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
-          for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
-            for (int64_t b1 = 0; b1 < 512; b1 += 64) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(64, 512 - b1);
-              // register blocks: mu in {4}, nv in {64}
-              if (mu == 4 && nv == 64) {
-                tg_vf vacc[4][4];
-                float row[64];
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 64; ++vv) row[vv] = ((float)0.0);
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
+          for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
+            for (int64_t b1 = 0; b1 < 512; b1 += 32) {
+              const int64_t mu = tg_lmin(8, hi0 - b0);
+              const int64_t nv = tg_lmin(32, 512 - b1);
+              // register blocks: mu in {8}, nv in {32}
+              if (mu == 8 && nv == 32) {
+                tg_vf vacc[8][2];
+                float row[32];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t vv = 0; vv < 32; ++vv) row[vv] = ((float)0.0);
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[4]; for (int64_t q = 0; q < 4; ++q) std::memcpy(&a1[q], &mlp_w1[(b1 + q * 16) + 512 * i2], sizeof(tg_vf));
-#pragma GCC unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &mlp_w1[(b1 + q * 16) + 512 * i2], sizeof(tg_vf));
+#pragma GCC unroll 8
+                  for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v43[128 * (b0 + uu) + i2];
-#pragma GCC unroll 4
-                    for (int64_t q = 0; q < 4; ++q) {
+#pragma GCC unroll 2
+                    for (int64_t q = 0; q < 2; ++q) {
                       vacc[uu][q] = (vacc[uu][q] + (a0 * a1[q]));
                     }
                   }
                 }
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 64; ++vv) v12[512 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+                  for (int64_t vv = 0; vv < 32; ++vv) v12[512 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
                 }
               }
             }
@@ -833,48 +833,48 @@ static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ m
 }
 
 // kernel k11 (generic): matmul, add, add
-// loops: d0<64 parallel tile 4>, d1<128 parallel tile 128>, d2<512 reduction tile 512>
+// loops: d0<64 parallel tile 8>, d1<128 parallel tile 128>, d2<512 reduction tile 512>
 static int kernel_k11(const float* __restrict__ v14, const float* __restrict__ mlp_w2, const float* __restrict__ mlp_b2, const float* __restrict__ h_, float* __restrict__ v17) {
-  // tile: d0=4 (parallel), d1=128 (parallel), d2=512 (reduction)
+  // tile: d0=8 (parallel), d1=128 (parallel), d2=512 (reduction)
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(2048));
+      char* scratch = static_cast<char*>(tg_alloc(4096));
 #pragma omp for collapse(1) schedule(static)
-      for (int64_t t0 = 0; t0 < 16; ++t0) {
-        const int64_t lo0 = t0 * 4;
-        const int64_t hi0 = lo0 + 4;
+      for (int64_t t0 = 0; t0 < 8; ++t0) {
+        const int64_t lo0 = t0 * 8;
+        const int64_t hi0 = lo0 + 8;
         float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
-          for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
-            for (int64_t b1 = 0; b1 < 128; b1 += 64) {
-              const int64_t mu = tg_lmin(4, hi0 - b0);
-              const int64_t nv = tg_lmin(64, 128 - b1);
-              // register blocks: mu in {4}, nv in {64}
-              if (mu == 4 && nv == 64) {
-                tg_vf vacc[4][4];
-                float row[64];
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t vv = 0; vv < 64; ++vv) row[vv] = ((float)0.0);
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
+          for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
+            for (int64_t b1 = 0; b1 < 128; b1 += 32) {
+              const int64_t mu = tg_lmin(8, hi0 - b0);
+              const int64_t nv = tg_lmin(32, 128 - b1);
+              // register blocks: mu in {8}, nv in {32}
+              if (mu == 8 && nv == 32) {
+                tg_vf vacc[8][2];
+                float row[32];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t vv = 0; vv < 32; ++vv) row[vv] = ((float)0.0);
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 512; ++i2) {
-                  tg_vf a1[4]; for (int64_t q = 0; q < 4; ++q) std::memcpy(&a1[q], &mlp_w2[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
-#pragma GCC unroll 4
-                  for (int64_t uu = 0; uu < 4; ++uu) {
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &mlp_w2[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
+#pragma GCC unroll 8
+                  for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v14[512 * (b0 + uu) + i2];
-#pragma GCC unroll 4
-                    for (int64_t q = 0; q < 4; ++q) {
+#pragma GCC unroll 2
+                    for (int64_t q = 0; q < 2; ++q) {
                       vacc[uu][q] = (vacc[uu][q] + (a0 * a1[q]));
                     }
                   }
                 }
-#pragma GCC unroll 4
-                for (int64_t uu = 0; uu < 4; ++uu) {
-                  for (int64_t q = 0; q < 4; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 64; ++vv) v15[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma GCC unroll 8
+                for (int64_t uu = 0; uu < 8; ++uu) {
+                  for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+                  for (int64_t vv = 0; vv < 32; ++vv) v15[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
                 }
               }
             }
