@@ -16,6 +16,7 @@ saved at the machine balance `flops_per_byte`. Nodes are never duplicated.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -63,6 +64,68 @@ def anchors(nodes: Iterable[Node]) -> list[Node]:
     return [n for n in nodes if n.opdef.category in ANCHORS]
 
 
+class _Domains:
+    """aligned_domain of node groups, memoised by the group's structure (each node's op, attributes and
+    types, and where each of its inputs comes from: a node of the group, or the n-th outside value):
+    the candidate merges of a model's repeated layers align the same way, so each aligns once."""
+
+    def __init__(self, spaces: dict[Node, object]) -> None:
+        self.spaces = spaces
+        self.classes: dict[Node, int] = {}
+        self.class_ids: dict[tuple, int] = {}
+        self.found: dict[tuple, object] = {}
+
+    def node_class(self, node: Node) -> int:
+        known = self.classes.get(node)
+        if known is None:
+            key = (node.op, node.input_types, node.result_types, repr(sorted(node.attrs.items())))
+            known = self.classes[node] = self.class_ids.setdefault(key, len(self.class_ids))
+        return known
+
+    def structure(self, nodes: list[Node]) -> tuple:
+        position = {n: i for i, n in enumerate(nodes)}
+        outside: dict = {}
+        parts = []
+        for node in nodes:
+            refs = []
+            for value in node.inputs:
+                p = position.get(value.producer)
+                refs.append((p, value.index) if p is not None else (-1, outside.setdefault(value, len(outside))))
+            parts.append((self.node_class(node), tuple(refs)))
+        return tuple(parts)
+
+    def aligned(self, nodes: list[Node]) -> KernelDomain:
+        """aligned_domain(nodes); Misaligned (its reason naming these nodes) where they do not align."""
+        key = self.structure(nodes)
+        found = self.found.get(key)
+        if found is None:
+            try:
+                domain = aligned_domain(nodes, self.spaces)
+            except Misaligned as e:
+                self.found[key] = (e.reason, _value_names(nodes))
+                raise
+            self.found[key] = (domain.loops, domain.node_loops)
+            return domain
+        if isinstance(found[0], str):  # the first group's reason, with its names replaced by these
+            reason, names = found
+            renamed = dict(zip(names, _value_names(nodes)))
+            if all(m[1] in renamed for m in _NAME.finditer(reason)) and all(map(_NAME_CHARS.fullmatch, renamed)):
+                raise Misaligned(_NAME.sub(lambda m: "%" + renamed[m[1]], reason))
+            return aligned_domain(nodes, self.spaces)  # names the pattern cannot pick out: raise afresh
+        loops, node_loops = found
+        return KernelDomain(tuple(nodes), tuple(self.spaces[n] for n in nodes), loops, node_loops)
+
+
+_NAME = re.compile(r"%([A-Za-z0-9_.]+)")
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.]+")
+
+
+def _value_names(nodes: list[Node]) -> list[str]:
+    """The names of the nodes' inputs and results, in order of use: positions match between groups of
+    one structure (nodes are named by their first result)."""
+    return list(dict.fromkeys(v.name for n in nodes for v in (*n.inputs, *n.results)))
+
+
 class _Groups:
     """Node groups (future kernels) with the quotient-graph queries fusion needs."""
 
@@ -74,6 +137,7 @@ class _Groups:
         self.locked: set[int] = set()
         self.domains: dict[int, KernelDomain] = {}
         self.spaces = {n: structured_space(n) for n in graph.nodes}
+        self.aligned = _Domains(self.spaces).aligned
         self.last = {i: i for i in range(len(self.order))}  # latest node position in each group
 
     def successors(self, group: int) -> set[int]:
@@ -124,7 +188,7 @@ class _Groups:
     def domain(self, group: int) -> KernelDomain | None:
         if group not in self.domains:
             try:
-                self.domains[group] = aligned_domain(self.members[group], self.spaces)
+                self.domains[group] = self.aligned(self.members[group])
             except Misaligned:
                 return None
         return self.domains[group]
@@ -149,7 +213,11 @@ class _Groups:
                 if indegree[h] == 0:
                     heapq.heappush(ready, (first[h], h))
         assert len(out) == len(self.members), "fusion produced a cycle between kernels"
-        return [Kernel(f"k{i}", tuple(self.members[g]), kind=self.kind.get(g, GENERIC)) for i, g in enumerate(out)]
+        kernels = [Kernel(f"k{i}", tuple(self.members[g]), kind=self.kind.get(g, GENERIC)) for i, g in enumerate(out)]
+        for kernel, g in zip(kernels, out):
+            if g not in self.kind:  # a generic kernel's loop nest: found while fusing, or memoised by structure
+                kernel.__dict__["domain"] = self.domains[g] if g in self.domains else self.aligned(self.members[g])
+        return kernels
 
 
 def _names(nodes: Iterable[Node]) -> tuple[str, ...]:
@@ -294,7 +362,7 @@ class _Fuser:
             return refuse("a path between them runs through another kernel: merging would create a cycle")
         merged = groups.union(ga, gb)
         try:
-            domain = aligned_domain(merged, groups.spaces)
+            domain = groups.aligned(merged)
         except Misaligned as e:
             return refuse(e.reason)
         problem = _illegal(domain, options)

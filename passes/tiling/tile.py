@@ -121,13 +121,14 @@ def structure(kernel: Kernel) -> str:
 
 
 def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptions(),
-                found_for: dict[str, Tiling | None] | None = None) -> list[tuple[Kernel, TileReport]]:
+                found_for: dict[str, Tiling | None] | None = None,
+                finished: dict[str, tuple] | None = None) -> list[tuple[Kernel, TileReport]]:
     """The tiled kernel, or the kernels it was split into, with a report for each.
 
     A generic kernel keeping whole rows (full loops) is split at its reduction boundaries when
     no tiling fits, or when the pieces together move fewer bytes than the best fitting tiling.
     `found_for`: best tilings already searched for this target, by `structure`, shared by the calls
-    of one pass (a transformer's layers search once).
+    of one pass (a transformer's layers search once); `finished`: likewise, their tiles and report figures.
     """
     domain = kernel.domain
     budget = target.onchip_bytes
@@ -150,7 +151,7 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
         pieces = [stages[0], tuple(n for n in kernel.nodes if n not in set(stages[0]))]
         split = []
         for s, nodes in enumerate(pieces):
-            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options, found_for)
+            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options, found_for, finished)
         moved = sum(r.traffic for _, r in split)
         if found is None or moved < found.traffic:
             why = ("its smallest tile does not fit" if found is None else
@@ -164,22 +165,28 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
                           f"{smallest.working_set} bytes even with the smallest tiles "
                           f"(whole loops: {', '.join(whole) or 'none'}), over the {target.onchip_bytes}-byte "
                           f"budget of target {target.name}")
-    return [_finish(kernel, domain, target, found)]
-
-
-def _finish(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling) -> tuple[Kernel, TileReport]:
-    tiles = tuple((domain.loops[i].name, found.tiles[i]) for i in found.order)
-    bound = lower_bound(domain, kernel.template, target)
+    finished = {} if finished is None else finished
+    if key not in finished:
+        finished[key] = _figures(kernel, domain, target, found)
+    tiles, bound, recompute = finished[key]
     report = TileReport(kernel.name, kernel.kind, tiles, found.working_set, target.onchip_bytes, found.traffic,
-                        bound.bytes, bound.source, found.parallel, recompute_factor(domain, dict(tiles)))
-    return kernel.with_tiles(tiles), report
+                        bound.bytes, bound.source, found.parallel, recompute)
+    return [(kernel.with_tiles(tiles), report)]
+
+
+def _figures(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling) -> tuple:
+    """The chosen tiles by loop name, the kernel's traffic lower bound and its recompute factor: they
+    depend on the kernel's structure only, so kernels equal up to names share them."""
+    tiles = tuple((domain.loops[i].name, found.tiles[i]) for i in found.order)
+    return tiles, lower_bound(domain, kernel.template, target), recompute_factor(domain, dict(tiles))
 
 
 def tile_program(program: Program, target: Target, options: TileOptions = TileOptions()) -> tuple[list[Kernel], list[TileReport]]:
     kernels, reports = [], []
     found_for: dict[str, Tiling | None] = {}
+    finished: dict[str, tuple] = {}
     for kernel in program.kernels:
-        for tiled, report in tile_kernel(kernel, target, options, found_for):
+        for tiled, report in tile_kernel(kernel, target, options, found_for, finished):
             kernels.append(tiled)
             reports.append(report)
     return kernels, reports
