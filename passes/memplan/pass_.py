@@ -88,6 +88,9 @@ def memplan_pass(program: Program, options: MemplanOptions, ctx: PassContext) ->
     ctx.stat("memplan", "lower bound bytes", plan.lower_bound)
     ctx.stat("memplan", "gap", plan.gap)
     ctx.stat("memplan", "solver", plan.solver)
+    if plan.streamed:
+        ctx.stat("memplan", "streamed tensors", len(plan.streamed))
+        ctx.stat("memplan", "streamed tile re-read bytes", plan.streamed_traffic)
     return dataclasses.replace(with_plan(program, plan), properties=program.properties | {"memplanned"})
 
 

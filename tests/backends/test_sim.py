@@ -7,7 +7,7 @@ import math
 import sys
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import graphs
 
@@ -386,6 +386,25 @@ def test_prepare_is_deterministic(graph):
     assume(first is not None)
     second = _prepared(graph)
     assert simulate(first, TINY) == simulate(second, TINY)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(graphs(max_nodes=6, max_side=32, max_rank=2, ops=["matmul", "add", "relu", "mul", "transpose", "tanh"]),
+       st.sampled_from([2048, 4096]))
+def test_recorded_stream_events_are_what_the_simulator_would_count(graph, scratchpad):
+    """One model of streamed traffic: at the scratchpad's capacity, a plan's recorded stream events
+    simulate exactly as the simulator's own count for a plan without them (dma model)."""
+    accel = dataclasses.replace(TINY, scratchpad_bytes=scratchpad)
+    try:
+        program = prepare(graph, accel, solver="heuristic")
+    except TilingError:
+        assume(False)
+    plan = program.memory_plan
+    assume(plan.streamed)
+    old = dataclasses.replace(plan, stream_events=None, streamed_traffic=0, streamed_compulsory=0)
+    report = simulate(program, accel)
+    assert simulate(dataclasses.replace(program, memory_plan=old), accel) == report
+    assert report.read_stream + report.write_stream == plan.streamed_traffic
 
 
 # ----- the DMA model never does worse with more memory, and its energy adds up -------------------
