@@ -12,7 +12,7 @@ whose working set is one chunk and whose traffic is their input and output.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.graph import Node
@@ -20,7 +20,7 @@ from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.templates import GENERIC
 from tilegraph.ir.target import Target, load_target
 
-from tilegraph.ir.domain import FULL, KernelDomain
+from tilegraph.ir.domain import FULL, KernelDomain, structured_space
 from ..manager import register_property_check
 from ..registry import PassContext, register_pass
 from tilegraph.ir.tile_model import lower_bound
@@ -120,17 +120,43 @@ def structure(kernel: Kernel) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class TileMemo:
+    """What the calls of one tile pass share, by kernel `structure` (a transformer's layers are one
+    structure each): the best tiling searched, the tiles with their report figures, and the loop nest
+    of a generic kernel (the pieces of a split kernel are new kernels, alike in every layer)."""
+
+    tilings: dict[str, Tiling | None] = field(default_factory=dict)
+    figures: dict[str, tuple] = field(default_factory=dict)
+    domains: dict[str, tuple] = field(default_factory=dict)
+
+    def domain(self, kernel: Kernel, key: str) -> KernelDomain:
+        """kernel.domain; for a generic kernel computed once per structure (its loops renumbered onto
+        these nodes, which take the same positions)."""
+        if kernel.template is not None or "domain" in kernel.__dict__:
+            return kernel.domain
+        known = self.domains.get(key)
+        if known is None:
+            domain = kernel.domain
+            self.domains[key] = (domain.loops, domain.node_loops)
+            return domain
+        loops, node_loops = known
+        domain = KernelDomain(kernel.nodes, tuple(structured_space(n) for n in kernel.nodes), loops, node_loops)
+        kernel.__dict__["domain"] = domain
+        return domain
+
+
 def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptions(),
-                found_for: dict[str, Tiling | None] | None = None,
-                finished: dict[str, tuple] | None = None) -> list[tuple[Kernel, TileReport]]:
+                memo: TileMemo | None = None) -> list[tuple[Kernel, TileReport]]:
     """The tiled kernel, or the kernels it was split into, with a report for each.
 
     A generic kernel keeping whole rows (full loops) is split at its reduction boundaries when
     no tiling fits, or when the pieces together move fewer bytes than the best fitting tiling.
-    `found_for`: best tilings already searched for this target, by `structure`, shared by the calls
-    of one pass (a transformer's layers search once); `finished`: likewise, their tiles and report figures.
+    `memo`: what the calls of one pass share (`TileMemo`).
     """
-    domain = kernel.domain
+    memo = TileMemo() if memo is None else memo
+    key = structure(kernel)
+    domain = memo.domain(kernel, key)
     budget = target.onchip_bytes
     if not domain.structured:
         moved = kernel.io_bytes
@@ -140,18 +166,16 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
             "composite run whole (not decomposed)"
         report = TileReport(kernel.name, kernel.kind, (), working, budget, moved, moved, "compulsory", 1, 1.0, note)
         return [(kernel, report)]
-    found_for = {} if found_for is None else found_for
-    key = structure(kernel)
-    if key not in found_for:
-        found_for[key] = search(domain, target, options.max_candidates)
-    found = found_for[key]
+    if key not in memo.tilings:
+        memo.tilings[key] = search(domain, target, options.max_candidates)
+    found = memo.tilings[key]
     stages = split_stages(domain) if kernel.template is None and domain.loops_of_kind(FULL) else []
     if len(stages) >= 2:
         # cut after the first stage only; each side decides again whether to split further
         pieces = [stages[0], tuple(n for n in kernel.nodes if n not in set(stages[0]))]
         split = []
         for s, nodes in enumerate(pieces):
-            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options, found_for, finished)
+            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options, memo)
         moved = sum(r.traffic for _, r in split)
         if found is None or moved < found.traffic:
             why = ("its smallest tile does not fit" if found is None else
@@ -165,10 +189,9 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
                           f"{smallest.working_set} bytes even with the smallest tiles "
                           f"(whole loops: {', '.join(whole) or 'none'}), over the {target.onchip_bytes}-byte "
                           f"budget of target {target.name}")
-    finished = {} if finished is None else finished
-    if key not in finished:
-        finished[key] = _figures(kernel, domain, target, found)
-    tiles, bound, recompute = finished[key]
+    if key not in memo.figures:
+        memo.figures[key] = _figures(kernel, domain, target, found)
+    tiles, bound, recompute = memo.figures[key]
     report = TileReport(kernel.name, kernel.kind, tiles, found.working_set, target.onchip_bytes, found.traffic,
                         bound.bytes, bound.source, found.parallel, recompute)
     return [(kernel.with_tiles(tiles), report)]
@@ -183,10 +206,9 @@ def _figures(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling
 
 def tile_program(program: Program, target: Target, options: TileOptions = TileOptions()) -> tuple[list[Kernel], list[TileReport]]:
     kernels, reports = [], []
-    found_for: dict[str, Tiling | None] = {}
-    finished: dict[str, tuple] = {}
+    memo = TileMemo()
     for kernel in program.kernels:
-        for tiled, report in tile_kernel(kernel, target, options, found_for, finished):
+        for tiled, report in tile_kernel(kernel, target, options, memo):
             kernels.append(tiled)
             reports.append(report)
     return kernels, reports
@@ -230,6 +252,7 @@ def _tiling_problems(program: Program):
     if target is None:
         yield "no target is recorded"
         return
+    working_sets: dict[tuple, int] = {}  # by structure and tiles: a repeated layer's kernels are costed once
     for kernel in program.kernels:
         domain = kernel.domain
         if not domain.structured or not domain.loops:
@@ -242,7 +265,10 @@ def _tiling_problems(program: Program):
         if over:
             yield f"kernel {kernel.name}: tiles of {', '.join(over)} exceed their loops"
             continue
-        working_set = cost_of(domain, target, dict(kernel.tiles)).working_set
+        key = (structure(kernel), kernel.tiles)
+        if key not in working_sets:
+            working_sets[key] = cost_of(domain, target, dict(kernel.tiles)).working_set
+        working_set = working_sets[key]
         if working_set > target.onchip_bytes:
             yield (f"kernel {kernel.name}: its tiles' working set {working_set} B exceeds the "
                    f"{target.onchip_bytes} B of target {target.name}")
