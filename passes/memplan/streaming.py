@@ -6,7 +6,10 @@ such kernels are *streamed*: they stay in DRAM and their kernels move them tile 
 covers the remaining tensors, records the streamed ones (`MemoryPlan.streamed`) and their tile
 traffic (`MemoryPlan.stream_events`, counted by `ir.stream_traffic` from the kernels' tilings), which
 the checker checks and the simulator replays. Below a kernel's smallest tile working set no plan
-exists even streaming every tensor (`check_tile_capacity`).
+exists even streaming every tensor (`check_tile_capacity`; with `grow` the capacity grows instead).
+The tile buffers of streamed operands are not subtracted from the capacity the resident tensors
+share (the simulator's model too): a plan is exact for the resident tensors, and its streamed
+traffic is that of tiles chosen to fit the whole capacity.
 """
 from __future__ import annotations
 
