@@ -73,7 +73,11 @@ class KernelEmitter(RegisterBlocks):
         self.carried = {i for i in range(len(domain.nodes))
                         if domain.reduces(i) & set(self.reduction) and i not in self.skipped}
         self.chains = self.plan_chains()
+        # reduction -> the elementwise run its register block applies as it stores (no scratch)
+        self.fused = self.plan_fused_stores() \
+            if micro.fused_stores and dialect.vector_width and kernel.template is None else {}
         passed = {v for chain in self.chains for j in chain[:-1] for v in domain.nodes[j].results}
+        passed |= {domain.nodes[i].results[0] for i in self.fused}
         skip = self.unbuffered() | self.skipped
         for i, (node, space) in enumerate(zip(domain.nodes, domain.spaces)):
             if i in skip:
@@ -179,7 +183,10 @@ class KernelEmitter(RegisterBlocks):
         self.barrier(code)
         heads = {chain[0]: chain for chain in self.chains}
         inside = {j for chain in self.chains for j in chain[1:]}
+        stored = {j for chain in self.fused.values() for j in chain}  # run by the register blocks
         for i in epilogue:
+            if i in stored:
+                continue
             if i in heads:
                 self._chain(code, heads[i], self.ranges(i, streamed=False))
             elif i not in inside:
@@ -236,6 +243,51 @@ class KernelEmitter(RegisterBlocks):
                 chains.append(tuple(chain))
                 taken.update(chain)
         return chains
+
+    def plan_fused_stores(self) -> dict[int, tuple[int, ...]]:
+        """Reductions whose register blocks apply their elementwise epilogue (a chain of
+        `plan_chains`, or one node) as they store, so the result never goes to scratch and back (a
+        conv's batch-norm fold, residual add and ReLU; a matmul's bias and GELU). Only where the
+        reduction loops are whole in the tile (the block holds the final sums), the reduction's
+        one f32 result is used only by the run's first node, read at the block's point over the
+        block's loops, and the run's other operands are kernel inputs."""
+        domain = self.domain
+        if any(not self._single(k) for k in self.reduction):
+            return {}
+        position = {n: k for k, n in enumerate(domain.nodes)}
+        heads = {chain[0]: chain for chain in self.chains}
+        inside = {j for chain in self.chains for j in chain[1:]}
+        epilogue = set(self._epilogue_nodes())
+        inputs = {v for v in self.global_ptrs if v not in self.outputs}
+        fused = {}
+        for i, (node, space) in enumerate(zip(domain.nodes, domain.spaces)):
+            if i in self.skipped or space is None or not space.init or any(init is None for init in space.init) \
+                    or len(node.results) != 1:
+                continue
+            value = node.results[0]
+            if value.type.dtype is not DType.f32 or value in self.outputs or len(value.users) != 1:
+                continue
+            j = position.get(value.users[0])
+            if j is None or j not in epilogue or j in inside:
+                continue
+            chain = heads.get(j, (j,))
+            point = domain.compose_map(i, space.outputs[0]).exprs
+            ok = domain.iterates(j) == domain.iterates(i) - domain.reduces(i)
+            previous = value
+            for k in chain:
+                user, uspace = domain.nodes[k], domain.spaces[k]
+                if not ok or uspace is None or len(user.results) != 1 or any(x is not None for x in uspace.init):
+                    ok = False
+                    break
+                for v, m in zip(user.inputs, uspace.inputs):
+                    if v is previous:
+                        ok = ok and domain.compose_map(k, m).exprs == point
+                    else:
+                        ok = ok and v in inputs
+                previous = user.results[0]
+            if ok:
+                fused[i] = chain
+        return fused
 
     def _chain(self, code: Code, chain: tuple[int, ...], ranges: dict[int, tuple[str, str]]) -> None:
         """A run of elementwise nodes (`plan_chains`) as one loop nest: each value in a register,

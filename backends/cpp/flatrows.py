@@ -70,7 +70,9 @@ class FlatRows:
         if ev % width == 0 or not (full(w) and full(v)):
             return None
         node, space = self.domain.nodes[i], self.domain.spaces[i]
-        out = element_steps(self.buffers[node.results[0]], self.domain.compose_map(i, space.outputs[0]))
+        last = self.fused[i][-1] if i in self.fused else i  # a fused epilogue stores its last result
+        stored = self.domain.nodes[last].results[0]
+        out = element_steps(self.buffers[stored], self.domain.compose_map(last, self.domain.spaces[last].outputs[0]))
         if out.get(w, 0) != ev * out.get(v, 0) or out.get(v, 0) == 0:
             return None
         total = ew * ev

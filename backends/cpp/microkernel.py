@@ -20,7 +20,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.structured import Acc, AffineMap, Arg, Call, Const
 from tilegraph.ir.types import DType
 
-from .buffers import Var, affine_text, element_steps, loops_read, store
+from .buffers import ConstantBuffer, Var, affine_text, element_steps, loops_read, store
 from .code import Code
 from .conv import PackedBuffer, plan_channels, row_blocks
 from .flatrows import FlatPlan, FlatRows
@@ -37,6 +37,7 @@ class MicroKernel:
     min_parallel_flops: int = 2_000_000
     threads_hint: int = 8  # parallel tiles `widen_tiles` keeps at least
     min_rows: int = 8  # a vector block's row loop gets parallel tiles at least this tall (`widen_tiles`)
+    fused_stores: bool = True  # blocks apply their elementwise epilogue as they store (`plan_fused_stores`)
 
 
 def _sum_of_products(expr) -> bool:
@@ -227,7 +228,7 @@ class RegisterBlocks(FlatRows):
             return f"i{k}"
 
         def block(bu: str, bv: str) -> None:
-            lvalues = [self.buffers[val].lvalue(self.domain.compose_map(i, m), var)
+            lvalues = [self.buffers[val].lvalue(self.domain.compose_map(i, m), var) if val in self.buffers else None
                        for val, m in zip(node.results, space.outputs)]
             with code.block(f"for (int64_t uu = 0; uu < {bu}; ++uu)"):
                 with code.block(f"for (int64_t vv = 0; vv < {bv}; ++vv)"):
@@ -254,6 +255,9 @@ class RegisterBlocks(FlatRows):
                 with code.block("else"):
                     steps(True)
             with code.block(f"for (int64_t uu = 0; uu < {bu}; ++uu)"):
+                if i in self.fused:
+                    self._store_fused(code, i, f"for (int64_t vv = 0; vv < {bv}; ++vv)", "acc0[uu][vv]", var, v=v)
+                    return
                 with code.block(f"for (int64_t vv = 0; vv < {bv}; ++vv)"):
                     for r, value in enumerate(node.results):
                         final = store(value, f"acc{r}[uu][vv]") if i not in self.carried else f"acc{r}[uu][vv]"
@@ -342,7 +346,8 @@ class RegisterBlocks(FlatRows):
         vtype = self.dialect.vector_type
         at_flat = (lambda start: lambda k: "0" if k == flat.w else (start if k == v else var(k))) if flat else None
         out_var = at_flat("(bf + vv)") if flat else var
-        lvalue = self.buffers[value].lvalue(self.domain.compose_map(i, space.outputs[0]), out_var)
+        lvalue = self.buffers[value].lvalue(self.domain.compose_map(i, space.outputs[0]), out_var) \
+            if value in self.buffers else None  # None: stored through its fused epilogue
         code.line(f"{vtype} vacc[{mr}][{lanes}];")
         code.line(f"float row[{nr}];")
         start = init_literal(init, value.type.dtype)
@@ -450,8 +455,61 @@ class RegisterBlocks(FlatRows):
         with code.block(f"for (int64_t uu = 0; uu < {mr}; ++uu)"):
             code.line(f"for (int64_t q = 0; q < {lanes}; ++q) std::memcpy(row + q * {width}, &vacc[uu][q], "
                       f"sizeof({vtype}));")
-            final = "row[vv]" if i in self.carried else store(value, "row[vv]")
-            code.line(f"for (int64_t vv = 0; vv < {'nv' if masked else nr}; ++vv) {lvalue} = {final};")
+            head = f"for (int64_t vv = 0; vv < {'nv' if masked else nr}; ++vv)"
+            if i in self.fused:
+                self._store_fused(code, i, head, "row[vv]", var, out_var, flat, v=v)
+            else:
+                final = "row[vv]" if i in self.carried else store(value, "row[vv]")
+                code.line(f"{head} {lvalue} = {final};")
+
+    def _store_fused(self, code: Code, i: int, head: str, acc: str, var: Var, at_point: Var | None = None,
+                     flat: FlatPlan | None = None, *, v: int | None) -> None:
+        """The loop `head` storing the block's sums `acc` through node i's fused epilogue
+        (`plan_fused_stores`): each value of the run in a register, only the last stored. With flat
+        blocks, reads and the store whose rows are as long as the flat point's (the flat output's
+        own layout) index by the flat point (`at_point`), others by row and column."""
+        domain = self.domain
+
+        def point_var(buf, cmap: AffineMap) -> Var:
+            if flat is None or at_point is None or isinstance(buf, ConstantBuffer) or buf.bounds(cmap, self.extents):
+                return var
+            steps = element_steps(buf, cmap)
+            along_w, along_v = steps.get(flat.w, 0), steps.get(v, 0)
+            return at_point if along_w == flat.width * along_v else var
+
+        moving = {v} | ({flat.w} if flat is not None else set())
+        chain = self.fused[i]
+        fixed, per_point = [], []  # operand reads: fixed along the store loop (hoisted), or not
+        for n, j in enumerate(chain):
+            node, space = domain.nodes[j], domain.spaces[j]
+            for m, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
+                if operand is (domain.nodes[chain[n - 1]] if n else domain.nodes[i]).results[0]:
+                    continue
+                cmap = domain.compose_map(j, amap)
+                buf = self.buffers[operand]
+                text = buf.element(cmap, point_var(buf, cmap), self.extents)
+                line = f"const {compute_type(operand.type.dtype, node.op)} a{n}_{m} = {text};"
+                (per_point if loops_read(buf, cmap) & moving else fixed).append(line)
+        for line in fixed:
+            code.line(line)
+        if self.dialect.simd():  # the loop-invariant reads hoisted, the stores may not alias them
+            code.raw(self.dialect.simd())
+        with code.block(head):
+            for line in per_point:
+                code.line(line)
+            previous, name = domain.nodes[i].results[0], acc
+            for n, j in enumerate(chain):
+                node, space = domain.nodes[j], domain.spaces[j]
+                names = [name if operand is previous else f"a{n}_{m}" for m, operand in enumerate(node.inputs)]
+                previous = node.results[0]
+                expr = scalar_expr(space.body[0], names, previous.type.dtype, self._index_fn(j, var), op=node.op)
+                if n + 1 < len(chain):
+                    name = f"e{n}"
+                    code.line(f"const float {name} = {expr};  // {node.op}")
+                else:
+                    cmap = domain.compose_map(j, space.outputs[0])
+                    buf = self.buffers[previous]
+                    code.line(f"{buf.lvalue(cmap, point_var(buf, cmap))} = {store(previous, expr)};  // {node.op}")
 
     def _read(self, buf, cmap: AffineMap, var: Var, checked: bool) -> str:
         """The element `buf` holds at `cmap`: padded reads checked, or not (the caller knows

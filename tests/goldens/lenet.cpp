@@ -112,11 +112,9 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
   // tile: d0=1 (parallel), d1=6 (parallel), d2=28 (parallel), d3=28 (parallel), d4=5 (reduction), d5=5 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(18816));
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 1;
         const int64_t hi0 = lo0 + 1;
-        float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
         {
           // conv2d
           static const uint16_t tgm0[1250] = {
@@ -203,24 +201,12 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
 #pragma GCC unroll 6
                   for (int64_t uu = 0; uu < 6; ++uu) {
                     for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                    for (int64_t vv = 0; vv < nv; ++vv) v0[4704 * (i0 - lo0) + 784 * (b1 + uu) + 28 * 0 + (bf + vv)] = row[vv];
-                  }
-                }
-              }
-            }
-          }
-        }
-        {
-          // add, relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 6; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 28; i2 += 1) {
-                for (int64_t i3 = 0; i3 < 28; i3 += 1) {
-                  {
-                    const float a0_0 = v0[4704 * (i0 - lo0) + 784 * i1 + 28 * i2 + i3];
-                    const float a0_1 = v1[i1];
-                    const float e0 = (a0_0 + a0_1);  // add
-                    v2[4704 * i0 + 784 * i1 + 28 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                    const float a0_1 = v1[(b1 + uu)];
+#pragma omp simd
+                    for (int64_t vv = 0; vv < nv; ++vv) {
+                      const float e0 = (row[vv] + a0_1);  // add
+                      v2[4704 * i0 + 784 * (b1 + uu) + 28 * 0 + (bf + vv)] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                    }
                   }
                 }
               }
@@ -228,7 +214,6 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -333,12 +318,10 @@ static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ con
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(12800));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 2;
         const int64_t hi0 = lo0 + 2;
-        float* __restrict__ v3 = reinterpret_cast<float*>(scratch + 0);
         {
           // conv2d
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
@@ -374,7 +357,12 @@ static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ con
 #pragma GCC unroll 8
                     for (int64_t uu = 0; uu < 8; ++uu) {
                       for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                      for (int64_t vv = 0; vv < nv; ++vv) v3[1600 * (i0 - lo0) + 100 * (b1 + uu) + 10 * i2 + (b3 + vv)] = row[vv];
+                      const float a0_1 = v4[(b1 + uu)];
+#pragma omp simd
+                      for (int64_t vv = 0; vv < nv; ++vv) {
+                        const float e0 = (row[vv] + a0_1);  // add
+                        v5[1600 * i0 + 100 * (b1 + uu) + 10 * i2 + (b3 + vv)] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                      }
                     }
                   }
                 }
@@ -382,25 +370,7 @@ static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ con
             }
           }
         }
-        {
-          // add, relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 16; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 10; i2 += 1) {
-                for (int64_t i3 = 0; i3 < 10; i3 += 1) {
-                  {
-                    const float a0_0 = v3[1600 * (i0 - lo0) + 100 * i1 + 10 * i2 + i3];
-                    const float a0_1 = v4[i1];
-                    const float e0 = (a0_0 + a0_1);  // add
-                    v5[1600 * i0 + 100 * i1 + 10 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
-                  }
-                }
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -412,11 +382,9 @@ static int kernel_k3(const float* __restrict__ v5, float* __restrict__ flat) {
   // tile: d0=1 (parallel), d1=16 (parallel), d2=5 (parallel), d3=5 (parallel), d4=2 (reduction), d5=2 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(1600));
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 1;
         const int64_t hi0 = lo0 + 1;
-        float* __restrict__ p2 = reinterpret_cast<float*>(scratch + 0);
         {
           // max_pool2d
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
@@ -449,7 +417,10 @@ static int kernel_k3(const float* __restrict__ v5, float* __restrict__ flat) {
 #pragma GCC unroll 5
                     for (int64_t uu = 0; uu < 5; ++uu) {
                       for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                      for (int64_t vv = 0; vv < nv; ++vv) p2[400 * (i0 - lo0) + 25 * i1 + 5 * (b2 + uu) + (b3 + vv)] = row[vv];
+#pragma omp simd
+                      for (int64_t vv = 0; vv < nv; ++vv) {
+                        flat[400 * i0 + 25 * i1 + 5 * (b2 + uu) + (b3 + vv)] = static_cast<float>(row[vv]);  // reshape
+                      }
                     }
                   }
                 }
@@ -457,23 +428,7 @@ static int kernel_k3(const float* __restrict__ v5, float* __restrict__ flat) {
             }
           }
         }
-        {
-          // reshape
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 16; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 5; i2 += 1) {
-                for (int64_t i3 = 0; i3 < 5; i3 += 1) {
-                  {
-                    const float a0 = p2[400 * (i0 - lo0) + 25 * i1 + 5 * i2 + i3];
-                    flat[400 * i0 + 25 * i1 + 5 * i2 + i3] = static_cast<float>(a0);
-                  }
-                }
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -485,11 +440,9 @@ static int kernel_k4(const float* __restrict__ flat, const float* __restrict__ f
   // tile: d0=2 (parallel), d1=120 (parallel), d2=400 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(960));
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 2;
         const int64_t hi0 = lo0 + 2;
-        float* __restrict__ v6 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 2) {
@@ -519,27 +472,18 @@ static int kernel_k4(const float* __restrict__ flat, const float* __restrict__ f
 #pragma GCC unroll 2
                 for (int64_t uu = 0; uu < 2; ++uu) {
                   for (int64_t q = 0; q < 8; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < nv; ++vv) v6[120 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < nv; ++vv) {
+                    const float a0_1 = fc1_bias[(b1 + vv)];
+                    const float e0 = (row[vv] + a0_1);  // add
+                    f1[120 * (b0 + uu) + (b1 + vv)] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                  }
                 }
               }
             }
           }
         }
-        {
-          // add, relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 120; i1 += 1) {
-              {
-                const float a0_0 = v6[120 * (i0 - lo0) + i1];
-                const float a0_1 = fc1_bias[i1];
-                const float e0 = (a0_0 + a0_1);  // add
-                f1[120 * i0 + i1] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -551,11 +495,9 @@ static int kernel_k5(const float* __restrict__ f1, const float* __restrict__ fc2
   // tile: d0=4 (parallel), d1=84 (parallel), d2=120 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(1344));
       for (int64_t t0 = 0; t0 < 2; ++t0) {
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
-        float* __restrict__ v8 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 4) {
@@ -585,7 +527,12 @@ static int kernel_k5(const float* __restrict__ f1, const float* __restrict__ fc2
 #pragma GCC unroll 4
                 for (int64_t uu = 0; uu < 4; ++uu) {
                   for (int64_t q = 0; q < 3; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 48; ++vv) v8[84 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < 48; ++vv) {
+                    const float a0_1 = fc2_bias[(b1 + vv)];
+                    const float e0 = (row[vv] + a0_1);  // add
+                    f2[84 * (b0 + uu) + (b1 + vv)] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                  }
                 }
               }
               else if (mu == 4) {
@@ -610,27 +557,18 @@ static int kernel_k5(const float* __restrict__ f1, const float* __restrict__ fc2
 #pragma GCC unroll 4
                 for (int64_t uu = 0; uu < 4; ++uu) {
                   for (int64_t q = 0; q < 3; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < nv; ++vv) v8[84 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < nv; ++vv) {
+                    const float a0_1 = fc2_bias[(b1 + vv)];
+                    const float e0 = (row[vv] + a0_1);  // add
+                    f2[84 * (b0 + uu) + (b1 + vv)] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                  }
                 }
               }
             }
           }
         }
-        {
-          // add, relu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 84; i1 += 1) {
-              {
-                const float a0_0 = v8[84 * (i0 - lo0) + i1];
-                const float a0_1 = fc2_bias[i1];
-                const float e0 = (a0_0 + a0_1);  // add
-                f2[84 * i0 + i1] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -642,14 +580,12 @@ static int kernel_k6(const float* __restrict__ f2, const float* __restrict__ fc3
   // tile: d0=8 (parallel), d1=10 (full), d2=84 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(1472));
-      float* __restrict__ v10 = reinterpret_cast<float*>(scratch + 0);
-      float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 320);
-      float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 640);
-      float* __restrict__ v14 = reinterpret_cast<float*>(scratch + 704);
-      float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 1024);
-      float* __restrict__ v16 = reinterpret_cast<float*>(scratch + 1344);
-      float* __restrict__ v17 = reinterpret_cast<float*>(scratch + 1408);
+      char* scratch = static_cast<char*>(tg_alloc(1088));
+      float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 0);
+      float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 320);
+      float* __restrict__ v14 = reinterpret_cast<float*>(scratch + 384);
+      float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 704);
+      float* __restrict__ v17 = reinterpret_cast<float*>(scratch + 1024);
       {
         // matmul
         for (int64_t b0 = 0; b0 < 8; b0 += 8) {
@@ -679,20 +615,12 @@ static int kernel_k6(const float* __restrict__ f2, const float* __restrict__ fc3
 #pragma GCC unroll 8
               for (int64_t uu = 0; uu < 8; ++uu) {
                 for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                for (int64_t vv = 0; vv < nv; ++vv) v10[10 * (b0 + uu) + (b1 + vv)] = row[vv];
+#pragma omp simd
+                for (int64_t vv = 0; vv < nv; ++vv) {
+                  const float a0_1 = fc3_bias[(b1 + vv)];
+                  v11[10 * (b0 + uu) + (b1 + vv)] = static_cast<float>((row[vv] + a0_1));  // add
+                }
               }
-            }
-          }
-        }
-      }
-      {
-        // add
-        for (int64_t i0 = 0; i0 < 8; i0 += 1) {
-          for (int64_t i1 = 0; i1 < 10; i1 += 1) {
-            {
-              const float a0 = v10[10 * i0 + i1];
-              const float a1 = fc3_bias[i1];
-              v11[10 * i0 + i1] = static_cast<float>((a0 + a1));
             }
           }
         }
@@ -779,17 +707,11 @@ static int kernel_k6(const float* __restrict__ f2, const float* __restrict__ fc3
 #pragma GCC unroll 1
             for (int64_t uu = 0; uu < 1; ++uu) {
               for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-              for (int64_t vv = 0; vv < nv; ++vv) v16[(b0 + vv)] = static_cast<float>(row[vv]);
+#pragma omp simd
+              for (int64_t vv = 0; vv < nv; ++vv) {
+                v17[(b0 + vv)] = static_cast<float>(tg_log(row[vv]));  // log
+              }
             }
-          }
-        }
-      }
-      {
-        // log
-        for (int64_t i0 = 0; i0 < 8; i0 += 1) {
-          {
-            const float a0 = v16[i0];
-            v17[i0] = static_cast<float>(tg_log(a0));
           }
         }
       }

@@ -57,8 +57,6 @@ template <class A> inline auto tg_erf(A a) {
 }
 inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
 typedef float tg_vf __attribute__((vector_size(64)));
-inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }
-inline void tg_free(void* p) { std::free(p); }
 
 }  // namespace
 
@@ -69,12 +67,10 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ w1_,
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(32768));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 16; ++t1) {
         const int64_t lo1 = t1 * 64;
         const int64_t hi1 = lo1 + 64;
-        float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
           for (int64_t b0 = 0; b0 < 128; b0 += 8) {
@@ -104,27 +100,18 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ w1_,
 #pragma GCC unroll 8
                 for (int64_t uu = 0; uu < 8; ++uu) {
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 32; ++vv) v0[64 * (b0 + uu) + ((b1 + vv) - lo1)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < 32; ++vv) {
+                    const float a0_1 = b1_[(b1 + vv)];
+                    const float e0 = (row[vv] + a0_1);  // add
+                    h_[1024 * (b0 + uu) + (b1 + vv)] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
+                  }
                 }
               }
             }
           }
         }
-        {
-          // add, gelu
-          for (int64_t i0 = 0; i0 < 128; i0 += 1) {
-            for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-              {
-                const float a0_0 = v0[64 * i0 + (i1 - lo1)];
-                const float a0_1 = b1_[i1];
-                const float e0 = (a0_0 + a0_1);  // add
-                h_[1024 * i0 + i1] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -137,12 +124,10 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ w2_
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(8192));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 16; ++t1) {
         const int64_t lo1 = t1 * 16;
         const int64_t hi1 = lo1 + 16;
-        float* __restrict__ v2 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
           for (int64_t b0 = 0; b0 < 128; b0 += 8) {
@@ -172,26 +157,17 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ w2_
 #pragma GCC unroll 8
                 for (int64_t uu = 0; uu < 8; ++uu) {
                   for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 16; ++vv) v2[16 * (b0 + uu) + ((b1 + vv) - lo1)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < 16; ++vv) {
+                    const float a0_0 = x[256 * (b0 + uu) + (b1 + vv)];
+                    v3[256 * (b0 + uu) + (b1 + vv)] = static_cast<float>((a0_0 + row[vv]));  // add
+                  }
                 }
               }
             }
           }
         }
-        {
-          // add
-          for (int64_t i0 = 0; i0 < 128; i0 += 1) {
-            for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-              {
-                const float a0 = x[256 * i0 + i1];
-                const float a1 = v2[16 * i0 + (i1 - lo1)];
-                v3[256 * i0 + i1] = static_cast<float>((a0 + a1));
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;

@@ -49,14 +49,13 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(196608));
+      char* scratch = static_cast<char*>(tg_alloc(131072));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 4; ++t1) {
         const int64_t lo1 = t1 * 16;
         const int64_t hi1 = lo1 + 16;
-        float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 65536);
-        float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 131072);
+        float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 0);
+        float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 65536);
         {
           // conv2d
           for (int64_t i2 = 0; i2 < 32; i2 += 1) {
@@ -91,22 +90,12 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                    for (int64_t vv = 0; vv < 32; ++vv) v0[1024 * ((b1 + uu) - lo1) + 32 * i2 + (b3 + vv)] = row[vv];
+                    const float a0_1 = v10[(b1 + uu)];
+#pragma omp simd
+                    for (int64_t vv = 0; vv < 32; ++vv) {
+                      v11[1024 * ((b1 + uu) - lo1) + 32 * i2 + (b3 + vv)] = static_cast<float>((row[vv] - a0_1));  // sub
+                    }
                   }
-                }
-              }
-            }
-          }
-        }
-        {
-          // sub
-          for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
-                {
-                  const float a0 = v0[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a1 = v10[i1];
-                  v11[1024 * (i1 - lo1) + 32 * i2 + i3] = static_cast<float>((a0 - a1));
                 }
               }
             }
@@ -155,13 +144,12 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ con
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(131072));
+      char* scratch = static_cast<char*>(tg_alloc(65536));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 16;
         const int64_t hi0 = lo0 + 16;
-        float* __restrict__ v2 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 65536);
+        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 0);
         {
           // conv2d
           for (int64_t i1 = 0; i1 < 32; i1 += 1) {
@@ -196,24 +184,14 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ con
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                    for (int64_t vv = 0; vv < 32; ++vv) v2[1024 * ((b0 + uu) - lo0) + 32 * i1 + (b2 + vv)] = row[vv];
+                    const float a0_1 = v20[(b0 + uu)];
+                    const float a1_1 = v22[(b0 + uu)];
+#pragma omp simd
+                    for (int64_t vv = 0; vv < 32; ++vv) {
+                      const float e0 = (row[vv] - a0_1);  // sub
+                      v23[1024 * ((b0 + uu) - lo0) + 32 * i1 + (b2 + vv)] = static_cast<float>((e0 * a1_1));  // mul
+                    }
                   }
-                }
-              }
-            }
-          }
-        }
-        {
-          // sub, mul
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
-              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-                {
-                  const float a0_0 = v2[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a0_1 = v20[i0];
-                  const float e0 = (a0_0 - a0_1);  // sub
-                  const float a1_1 = v22[i0];
-                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((e0 * a1_1));  // mul
                 }
               }
             }

@@ -582,17 +582,15 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(12480));
+      char* scratch = static_cast<char*>(tg_alloc(8320));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 8;
         const int64_t hi0 = lo0 + 8;
-        float* __restrict__ v9 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 4096);
-        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 4160);
-        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 8256);
-        float* __restrict__ v37 = reinterpret_cast<float*>(scratch + 12352);
-        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 12416);
+        float* __restrict__ v34 = reinterpret_cast<float*>(scratch + 0);
+        float* __restrict__ v35 = reinterpret_cast<float*>(scratch + 64);
+        float* __restrict__ v36 = reinterpret_cast<float*>(scratch + 4160);
+        float* __restrict__ v40 = reinterpret_cast<float*>(scratch + 8256);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
@@ -622,22 +620,14 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
 #pragma GCC unroll 8
                 for (int64_t uu = 0; uu < 8; ++uu) {
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 32; ++vv) v9[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < 32; ++vv) {
+                    const float a0_1 = self_attention_bo[(b1 + vv)];
+                    const float a1_0 = x[128 * (b0 + uu) + (b1 + vv)];
+                    const float e0 = (row[vv] + a0_1);  // add
+                    h_[128 * (b0 + uu) + (b1 + vv)] = static_cast<float>((a1_0 + e0));  // add
+                  }
                 }
-              }
-            }
-          }
-        }
-        {
-          // add, add
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0_0 = v9[128 * (i0 - lo0) + i1];
-                const float a0_1 = self_attention_bo[i1];
-                const float e0 = (a0_0 + a0_1);  // add
-                const float a1_0 = x[128 * i0 + i1];
-                h_[128 * i0 + i1] = static_cast<float>((a1_0 + e0));  // add
               }
             }
           }
@@ -725,19 +715,13 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
 #pragma GCC unroll 1
               for (int64_t uu = 0; uu < 1; ++uu) {
                 for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                for (int64_t vv = 0; vv < nv; ++vv) v37[((b0 + vv) - lo0)] = static_cast<float>(row[vv]);
+                const float a0_1 = ((float)1e-05);
+#pragma omp simd
+                for (int64_t vv = 0; vv < nv; ++vv) {
+                  const float e0 = (row[vv] + a0_1);  // add
+                  v40[((b0 + vv) - lo0)] = static_cast<float>(tg_rsqrt(e0));  // rsqrt
+                }
               }
-            }
-          }
-        }
-        {
-          // add, rsqrt
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            {
-              const float a0_0 = v37[(i0 - lo0)];
-              const float a0_1 = ((float)1e-05);
-              const float e0 = (a0_0 + a0_1);  // add
-              v40[(i0 - lo0)] = static_cast<float>(tg_rsqrt(e0));  // rsqrt
             }
           }
         }
@@ -771,12 +755,10 @@ static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ m
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(16384));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 8;
         const int64_t hi0 = lo0 + 8;
-        float* __restrict__ v12 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
@@ -806,27 +788,18 @@ static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ m
 #pragma GCC unroll 8
                 for (int64_t uu = 0; uu < 8; ++uu) {
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 32; ++vv) v12[512 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < 32; ++vv) {
+                    const float a0_1 = mlp_b1[(b1 + vv)];
+                    const float e0 = (row[vv] + a0_1);  // add
+                    v14[512 * (b0 + uu) + (b1 + vv)] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
+                  }
                 }
               }
             }
           }
         }
-        {
-          // add, gelu
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 512; i1 += 1) {
-              {
-                const float a0_0 = v12[512 * (i0 - lo0) + i1];
-                const float a0_1 = mlp_b1[i1];
-                const float e0 = (a0_0 + a0_1);  // add
-                v14[512 * i0 + i1] = static_cast<float>(((((float)0.5) * e0) * (((float)1.0) + tg_erf((e0 * ((float)0.7071067811865475))))));  // gelu
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -839,12 +812,10 @@ static int kernel_k11(const float* __restrict__ v14, const float* __restrict__ m
   {
 #pragma omp parallel
     {
-      char* scratch = static_cast<char*>(tg_alloc(4096));
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 8;
         const int64_t hi0 = lo0 + 8;
-        float* __restrict__ v15 = reinterpret_cast<float*>(scratch + 0);
         {
           // matmul
           for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
@@ -874,28 +845,19 @@ static int kernel_k11(const float* __restrict__ v14, const float* __restrict__ m
 #pragma GCC unroll 8
                 for (int64_t uu = 0; uu < 8; ++uu) {
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                  for (int64_t vv = 0; vv < 32; ++vv) v15[128 * ((b0 + uu) - lo0) + (b1 + vv)] = row[vv];
+#pragma omp simd
+                  for (int64_t vv = 0; vv < 32; ++vv) {
+                    const float a0_1 = mlp_b2[(b1 + vv)];
+                    const float a1_0 = h_[128 * (b0 + uu) + (b1 + vv)];
+                    const float e0 = (row[vv] + a0_1);  // add
+                    v17[128 * (b0 + uu) + (b1 + vv)] = static_cast<float>((a1_0 + e0));  // add
+                  }
                 }
               }
             }
           }
         }
-        {
-          // add, add
-          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
-            for (int64_t i1 = 0; i1 < 128; i1 += 1) {
-              {
-                const float a0_0 = v15[128 * (i0 - lo0) + i1];
-                const float a0_1 = mlp_b2[i1];
-                const float e0 = (a0_0 + a0_1);  // add
-                const float a1_0 = h_[128 * i0 + i1];
-                v17[128 * i0 + i1] = static_cast<float>((a1_0 + e0));  // add
-              }
-            }
-          }
-        }
       }
-      tg_free(scratch);
     }
   }
   return 0;
