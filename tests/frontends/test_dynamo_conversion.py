@@ -1,6 +1,7 @@
 """Converting Dynamo's graphs without running the model again: nodes that read an input or a weight
 take Dynamo's static example values (only shapes and dtypes are read), constants and shape-only nodes
-still run, and torch.compile's conversion reads the weights' own memory."""
+still run, and torch.compile's conversion reads the weights' own memory; the cyclic collector rests
+while a graph compiles."""
 from __future__ import annotations
 
 import pytest
@@ -92,3 +93,30 @@ def test_shared_weights_read_the_modules_memory():
     by_name = {v.name: v.data for v in shared.graph.params}
     assert any(np.shares_memory(data, weight) for data in by_name.values())
     assert not any(np.shares_memory(v.data, weight) for v in copied.graph.params)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cyclic_collector_is_paused_while_compiling_and_restored(monkeypatch, enabled):
+    import gc
+
+    from tilegraph.frontends.fx import dynamo
+
+    seen = []
+    original = dynamo.compile_graph
+
+    def recording(graph, target="cpp", **options):
+        seen.append(gc.isenabled())
+        return original(graph, target, **options)
+
+    monkeypatch.setattr(dynamo, "compile_graph", recording)
+    model, x = Block().eval(), torch.randn(2, 5, 8)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with torch.no_grad():
+            got = torch.compile(model, backend="tilegraph", options={"target": "reference"})(x)
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()
+    assert seen == [False]
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
