@@ -5,11 +5,15 @@ every such tensor one place for its whole life without overlaps; otherwise from 
 first-fit plan: a tensor lives from the kernel that writes it to the last kernel that reads it,
 and tensors whose lives do not intersect share bytes. Sizes come from the backend (`size_of`),
 since backends store some dtypes differently (C++ holds bf16 in a float, Triton in 2 bytes).
+
+A backend that can copy between steps (`copies=True`, the C++ backend) executes any memory plan
+whose offsets are aligned: the arena is the plan's scratchpad, spills and reloads are `Copy`s to
+and from a far pool behind it, and tensors the plan streams live in the far pool throughout.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel, Program
@@ -26,12 +30,42 @@ def natural_size(value_type: TensorType) -> int:
 
 
 @dataclass(frozen=True)
+class Copy:
+    """A copy the entry point makes for an executed plan: `load` (far pool -> arena) just before
+    the kernel at position `step` runs, `store` (arena -> far pool) just after it."""
+
+    step: int
+    kind: str  # "load" | "store"
+    value: Value
+    near: int  # arena offset
+    far: int  # far-pool offset
+    bytes: int
+
+
+@dataclass(frozen=True)
 class Arena:
-    """Byte offsets of the arena tensors, the arena size, and where the offsets came from."""
+    """Byte offsets of the arena tensors, the arena size, and where the offsets came from.
+
+    `offsets` is where each tensor is produced; with an executed plan, `copies` move tensors
+    between the arena and the far pool (`far`: far-pool offsets of spilled and streamed tensors,
+    `streamed`: those that live only there)."""
 
     offsets: dict[Value, int]
     size: int
-    source: str  # "memory plan" | "liveness" | "liveness (memory plan spills or moves tensors)"
+    source: str  # "memory plan" | "liveness" | "liveness (memory plan <why it was not taken>)"
+    far: dict[Value, int] = field(default_factory=dict)
+    far_size: int = 0
+    copies: tuple[Copy, ...] = ()
+    streamed: frozenset[Value] = frozenset()
+
+    @property
+    def total(self) -> int:
+        """Bytes of the arena and the far pool behind it (at `far_base`)."""
+        return self.far_base + self.far_size
+
+    @property
+    def far_base(self) -> int:
+        return align(self.size) if self.far_size else self.size
 
 
 def align(n: int) -> int:
@@ -96,14 +130,21 @@ def first_fit(values: Sequence[Value], life: dict[Value, tuple[int, int]], size_
 
 
 def plan_arena(program: Program, kernels: Sequence[Kernel], size_of: SizeOf = natural_size,
-               exclude: frozenset[Value] = frozenset()) -> Arena:
+               exclude: frozenset[Value] = frozenset(), copies: bool = False) -> Arena:
     """Arena offsets for the kernels in execution order; `exclude`: values that live elsewhere
-    (folded at load time)."""
+    (folded at load time); `copies`: the backend executes spills, reloads and streamed tensors."""
     values = arena_values(program, kernels, exclude)
     life = lifetimes(kernels, values)
-    offsets, source = None, "liveness"
-    if program.memory_plan is not None:
-        offsets = _from_memory_plan(program.memory_plan, values, life, size_of)
+    plan = program.memory_plan
+    source = "liveness"
+    if plan is not None and copies:
+        executed = execute_plan(plan, kernels, values, life, size_of)
+        if isinstance(executed, Arena):
+            return executed
+        source = f"liveness (memory plan {executed})"
+    offsets = None
+    if plan is not None and not copies:
+        offsets = _from_memory_plan(plan, values, life, size_of)
         source = "memory plan" if offsets is not None else "liveness (memory plan spills or moves tensors)"
     if offsets is None:
         offsets = first_fit(values, life, size_of)
@@ -111,4 +152,61 @@ def plan_arena(program: Program, kernels: Sequence[Kernel], size_of: SizeOf = na
     return Arena(offsets, size, source)
 
 
-__all__ = ["ALIGN", "Arena", "align", "arena_values", "first_fit", "lifetimes", "natural_size", "plan_arena"]
+def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life: dict[Value, tuple[int, int]],
+                 size_of: SizeOf) -> Arena | str:
+    """The Arena that carries out `plan` for `kernels` (a subsequence of its order: kernels folded at
+    load time are gone), or why it cannot: every residency becomes an arena offset, every spill and
+    reload of an arena tensor a Copy at the nearest kernel that runs, every streamed tensor a far slot."""
+    step_of = {name: t for t, name in enumerate(plan.order)}
+    if any(k.name not in step_of for k in kernels):
+        return "orders kernels this program lacks"
+    steps = [step_of[k.name] for k in kernels]
+    if steps != sorted(steps):
+        return "orders the kernels differently"
+
+    def before(step: int) -> int:  # the first kernel that runs at or after plan step `step`
+        return next((p for p, s in enumerate(steps) if s >= step), len(steps) - 1)
+
+    def after(step: int) -> int:  # the last kernel that runs at or before plan step `step`
+        return max((p for p, s in enumerate(steps) if s <= step), default=0)
+
+    streamed = set(plan.streamed)
+    offsets: dict[Value, int] = {}
+    far_life: dict[Value, tuple[int, int]] = {}
+    moves: list[tuple[int, str, Value, int]] = []  # position, kind, value, arena offset
+    for v in values:
+        stays = sorted(plan.residencies_of(v.name), key=lambda r: r.start)
+        if not stays:
+            if v.name not in streamed and size_of(v.type):
+                return f"has no place for %{v.name}"
+            far_life[v] = life[v]
+            continue
+        for r in stays:
+            if r.offset % ALIGN:
+                return f"puts %{v.name} at offset {r.offset}, not a multiple of {ALIGN} (plan with memplan{{align={ALIGN}}})"
+            if size_of(v.type) > r.size:
+                return f"gives %{v.name} {r.size} B; this backend stores it in {size_of(v.type)} B"
+        offsets[v] = stays[0].offset
+        stay_at = {r.start: r for r in stays}
+        for e in plan.events:
+            if e.tensor != v.name:
+                continue
+            if e.kind == "load":
+                moves.append((before(e.step), "load", v, stay_at[e.step].offset))
+            else:
+                covering = next(r for r in stays if r.start <= e.step <= r.end)
+                moves.append((after(e.step), "store", v, covering.offset))
+        spilled = [p for p, _, w, _ in moves if w is v]
+        if spilled:
+            far_life[v] = (min(spilled), max(spilled))
+    far = first_fit(list(far_life), far_life, size_of)
+    copies = tuple(Copy(p, kind, v, near, far[v], size_of(v.type))
+                   for p, kind, v, near in sorted(moves, key=lambda m: (m[0], m[1] == "load", m[2].name)))
+    far_size = max((o + align(max(size_of(v.type), 1)) for v, o in far.items()), default=0)
+    spills = sum(c.kind == "store" for c in copies)
+    source = f"memory plan ({spills} spill(s), {len(far_life) - len({c.value for c in copies})} streamed)"
+    return Arena(offsets, align(plan.capacity), source if far_life else "memory plan", far, far_size, copies,
+                 frozenset(far_life) - {c.value for c in copies})
+
+
+__all__ = ["ALIGN", "Arena", "Copy", "align", "execute_plan", "arena_values", "first_fit", "lifetimes", "natural_size", "plan_arena"]

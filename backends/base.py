@@ -24,6 +24,7 @@ from tilegraph.ir.program import Program
 CAPABILITIES: dict[str, str] = {
     "source": "build() puts generated code in CompiledProgram.source (tilegraph compile --emit source)",
     "aot": "build() takes aot_arch= to compile ahead of time for a GPU architecture (--aot-arch)",
+    "memory-limit": "executes a memory plan within a byte limit (`memory_limit=`, `--memory-limit`)",
 }
 
 
@@ -152,7 +153,7 @@ def with_capability(capability: str) -> list[str]:
 for _builtin in (
     Backend(name="reference", tile_target="accel-small", summary="tiled numpy executor",
             module="tilegraph.backends.reference.compiled"),
-    Backend(name="cpp", tile_target="cpu", capabilities=frozenset({"source"}),
+    Backend(name="cpp", tile_target="cpu", capabilities=frozenset({"source", "memory-limit"}),
             summary="C++17 and OpenMP", module="tilegraph.backends.cpp"),
     Backend(name="sycl", tile_target="cpu", capabilities=frozenset({"source"}),
             summary="SYCL 2020, built with icpx or acpp", module="tilegraph.backends.sycl"),

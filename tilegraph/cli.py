@@ -29,7 +29,8 @@ def _registry_words() -> dict[str, str]:
             "{compiled}": ", ".join(text for name, text in described.items() if name != "reference"),
             "{presets}": ", ".join(presets()),
             "{source}": ", ".join(with_capability("source")),
-            "{aot}": " or ".join(with_capability("aot"))}
+            "{aot}": " or ".join(with_capability("aot")),
+            "{limited}": " or ".join(with_capability("memory-limit"))}
 
 
 class RegistryHelpCommand(TyperCommand):
@@ -118,10 +119,14 @@ def compile_command(
     aot_arch: Annotated[Optional[int], typer.Option(help="with --target {aot}: also compile every kernel for "
                                                     "CUDA sm_ARCH (e.g. 90; no GPU needed) and report its shared "
                                                     "memory, registers and spills")] = None,
+    memory_limit: Annotated[Optional[str], typer.Option(help="with --target {limited}: plan the tensors between "
+                                                        "kernels into this many bytes (e.g. 256KiB) and build a "
+                                                        "library that executes the plan, spilling the rest to a "
+                                                        "far pool")] = None,
     entry: Entry = None,
 ) -> None:
     """Compile a model through the pass pipeline; print what was decided, the Program or the code."""
-    from tilegraph.compiler import build_program
+    from tilegraph.compiler import build_program, limit_memory
     from tilegraph.driver import compile_program, load_program
     from tilegraph.ir.program_text import print_program
     from tilegraph.report import program_report
@@ -139,11 +144,15 @@ def compile_command(
     if aot_arch is not None and (backend is None or "aot" not in backend.capabilities):
         raise TilegraphError(f"--aot-arch applies to --target {' or '.join(with_capability('aot'))}, not {target!r}")
     tile_target = backend.tile_target if backend else target
+    options = {} if aot_arch is None else {"aot_arch": aot_arch}
+    if memory_limit is not None:
+        if backend is None:
+            raise TilegraphError(f"--memory-limit needs a backend target ({', '.join(with_capability('memory-limit'))})")
+        pipeline, options = limit_memory(backend, pipeline, {**options, "memory_limit": memory_limit})
     program, _ = compile_program(
         load_program(model, entry), pipeline, tile_target,
         print_ir_after="all" if print_ir_after_all else set(print_ir_after or ()),
         dump_dir=dump_dir, time_passes=time_passes)
-    options = {} if aot_arch is None else {"aot_arch": aot_arch}
     compiled = build_program(program, backend.name, **options) if backend else None
     text = print_program(program)
     if output is not None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tilegraph.ir import TilegraphError
 from tilegraph.ir.program import Program
 
 from .build import BuildError, build_library, compile_flags, find_compiler
@@ -31,10 +32,16 @@ def generate_source(program: Program, micro: MicroKernel | None = None) -> str:
 
 
 def build(program: Program, params: Mapping, *, cxx: str | None = None,
-          cxxflags: str | Sequence[str] | None = None, micro: MicroKernel | None = None) -> NativeProgram:
-    """Generate, compile (or fetch from the cache) and load `program`; `params` maps Value -> array."""
+          cxxflags: str | Sequence[str] | None = None, micro: MicroKernel | None = None,
+          trace: bool = False, execute_plan: bool = False) -> NativeProgram:
+    """Generate, compile (or fetch from the cache) and load `program`; `params` maps Value -> array.
+
+    `trace`: a debug build that logs where each kernel found its tensors (`plan_trace()`);
+    `execute_plan`: fail, saying why, unless the library carries out the Program's memory plan."""
     start = time.perf_counter()
-    generated = generate(program, Dialect(), micro or MicroKernel())
+    generated = generate(program, Dialect(), micro or MicroKernel(), trace=trace)
+    if execute_plan:
+        require_executed_plan(program, generated)
     generated_at = time.perf_counter()
     compiler = find_compiler(cxx)
     flags = compile_flags(cxxflags)
@@ -44,6 +51,16 @@ def build(program: Program, params: Mapping, *, cxx: str | None = None,
     compiled.compile_seconds = {"codegen": generated_at - start,
                                 "build (cached)" if cached else "build": time.perf_counter() - generated_at}
     return compiled
+
+
+def require_executed_plan(program: Program, generated: Generated) -> None:
+    """A TilegraphError unless `generated` keeps its tensors where the memory plan says."""
+    arena = generated.arena
+    if program.memory_plan is None:
+        raise TilegraphError("cpp backend: no memory plan to execute (add memplan to the pipeline, or use "
+                             "--memory-limit)")
+    if not arena.source.startswith("memory plan"):
+        raise TilegraphError(f"cpp backend: cannot execute the memory plan: {arena.source}")
 
 
 def write_build(compiled: NativeProgram, directory: str | Path) -> list[Path]:

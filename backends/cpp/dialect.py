@@ -15,6 +15,19 @@ from .prelude import Helper
 
 Body = Callable[[Code], None]
 
+# Threads a parallel kernel uses: set by tg_run to the fewest of OpenMP's and the scratch pool's.
+THREADS = r"""int tg_threads = 1;
+#ifdef _OPENMP
+inline int tg_thread() { return omp_get_thread_num(); }
+inline int tg_max_threads() { return omp_get_max_threads(); }
+#else
+inline int tg_thread() { return 0; }
+inline int tg_max_threads() { return 1; }
+#endif
+"""
+# The per-thread scratch pool, passed in by the caller: kernels allocate nothing on the call path.
+SCRATCH = "char* tg_scratch = nullptr;\n"
+
 # `lanes` vectors from `src`, lanes [lo, hi) of the row loaded and the others zero, never touching
 # memory outside [lo, hi): a padded or partial row of the micro-kernel without a scalar gather.
 LOAD_LANES = r"""inline void tg_load_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi, int64_t lanes) {
@@ -99,6 +112,7 @@ class Dialect:
     """Host C++17 with OpenMP."""
 
     name = "cpp"
+    copies = True  # the entry point copies tensors between the arena and the far pool (executed memory plans)
     math_namespace = "std"
     vector_width = 16  # f32 lanes of the register-block vectors (GCC vector extension, 64 bytes)
     vector_type = "tg_vf"
@@ -111,11 +125,10 @@ class Dialect:
                 Helper("tg_vf", "typedef float tg_vf __attribute__((vector_size(64)));\n"),
                 Helper("tg_load_lanes", LOAD_LANES), Helper("tg_load_masks", LOAD_MASKS),
                 Helper("tg_load_even", LOAD_EVEN), Helper("tg_load_even_lanes", LOAD_EVEN_LANES),
-                Helper("tg_alloc", "inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }\n"),
-                Helper("tg_free", "inline void tg_free(void* p) { std::free(p); }\n"))
+                Helper("tg_threads", THREADS), Helper("tg_scratch", SCRATCH))
 
     def includes(self) -> str:
-        return "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n"
+        return "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
 
     def flag_begin(self, code: Code) -> None:
         """Open the error flag `*err` that layout kernels set (gather index out of range)."""
@@ -173,15 +186,14 @@ class Dialect:
         (one thread when not `threaded`)."""
         with code.block():
             if tiles and threaded:
-                code.raw("#pragma omp parallel")
+                code.raw("#pragma omp parallel num_threads(tg_threads)")
             with code.block():
-                if scratch:
-                    code.line(f"char* scratch = static_cast<char*>(tg_alloc({scratch}));")
+                if scratch:  # this thread's block of the scratch pool the caller passed to tg_run
+                    thread = "tg_thread()" if tiles and threaded else "0"
+                    code.line(f"char* scratch = tg_scratch + static_cast<int64_t>({thread}) * {scratch};")
                 if tiles and threaded:
                     code.raw(f"#pragma omp for collapse({len(tiles)}) schedule(static)")
                 self._nest(code, tiles, body)
-                if scratch:
-                    code.line("tg_free(scratch);")
 
     def _nest(self, code: Code, tiles: Sequence[tuple[str, int]], body: Body) -> None:
         if not tiles:
@@ -205,6 +217,7 @@ class SyclDialect(Dialect):
     """
 
     name = "sycl"
+    copies = False  # device arenas follow the liveness plan when a memory plan moves tensors
     math_namespace = "sycl"
     vector_width = 0  # plain scalar register blocks: the SYCL compiler vectorises across work-items
     fast_float = False  # sycl:: math functions are the device's own

@@ -117,7 +117,7 @@ CPP_KEYWORDS = frozenset("""
 # it includes. Keep in step with the emitters: a tensor named like one of these is renamed.
 CPP_RUNTIME = frozenset("""
     scratch scratch_all mu nv bf uu vv vacc row q g lane_lo lane_hi m_ l_ o_ p_ n_ j_ r e o p n ix mx
-    shift scale part total lid tid item h lm err err_ failed ins outs arena dev_arena dst src masks lanes
+    shift scale part total lid tid item h lm err err_ failed ins outs arena far threads dev_arena dst src masks lanes
     std sycl int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t size_t ptrdiff_t
     intptr_t uintptr_t max_align_t nullptr_t offsetof errno assert isnan isinf isfinite isnormal signbit
     fpclassify isgreater isgreaterequal isless islessequal islessgreater isunordered stdin stdout stderr

@@ -5,17 +5,32 @@ import ctypes
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir import TilegraphError
+from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType
 
+from tilegraph.backends.arena import align
+
 from .fold import evaluate_folding
-from .source import Generated
+from .source import Generated, trace_capacity
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    """One entry of a traced call: a kernel (at `position` in the library's order) touched `value`
+    at arena offset `offset` ("use"), or the entry point reloaded or spilled it there."""
+
+    kind: str  # "use" | "reload" | "spill"
+    position: int
+    value: Value
+    offset: int
 
 
 class NativeProgram(CompiledProgram):
@@ -35,7 +50,6 @@ class NativeProgram(CompiledProgram):
             raise TilegraphError(f"{self.backend} backend: no value for parameter(s) {', '.join(missing)}")
         self._params = [np.asarray(self.params[v], dtype=v.type.dtype.numpy, order="C") for v in graph.params]
         self._params += evaluate_folding(generated.folding, dict(zip(graph.params, self._params)))
-        self._arena = np.empty(max(generated.arena.size, 1) + 64, dtype=np.uint8)
         self._lock = threading.Lock()
         self._run = None
         # per call only the input and output pointers change: the pointer arrays are built once
@@ -47,6 +61,8 @@ class NativeProgram(CompiledProgram):
         self._in_specs = [(v.type.shape, np.dtype(v.type.dtype.numpy)) for v in graph.inputs]
         self._fast_inputs = all(v.type.dtype is not DType.bf16 for v in graph.inputs)
         self._direct = list(graph.outputs) == list(generated.outputs)  # each written once, in order
+        self.threads = os.cpu_count() or 1  # scratch blocks in the working memory: the most threads a kernel uses
+        self._arena = np.empty(self.working_bytes + 64, dtype=np.uint8)
         self._arena_ptr = self._arena_pointer()
         if library is not None:
             # Idle OpenMP threads sleep instead of spinning (unless the user chose): spinning
@@ -55,8 +71,14 @@ class NativeProgram(CompiledProgram):
             os.environ.setdefault("OMP_WAIT_POLICY", "passive")
             self._lib = ctypes.CDLL(str(library))
             self._run = self._lib.tg_run
-            self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             self._run.restype = ctypes.c_int
+
+    @property
+    def working_bytes(self) -> int:
+        """The one block the library works in: the arena (with the far pool) and the threads' scratch."""
+        arena = self.generated.arena
+        return align(arena.total) + self.threads * self.generated.scratch
 
     def write(self, directory) -> list:
         """The generated source and (when built) the library, as `write_build` writes them."""
@@ -90,7 +112,7 @@ class NativeProgram(CompiledProgram):
                 in_ptrs[n] = a.ctypes.data
             for n, a in enumerate(outs):
                 out_ptrs[n] = a.ctypes.data
-            status = self._run(in_ptrs, out_ptrs, self._arena_ptr)
+            status = self._run(in_ptrs, out_ptrs, self._arena_ptr, self.threads)
         if status:
             raise IndexError("gather: index out of range")
         if self._direct:
@@ -107,9 +129,26 @@ class NativeProgram(CompiledProgram):
                 results.append(np.array(written[v] if v in written else given[v], copy=True))
         return results
 
+    def plan_trace(self) -> list[TraceRecord]:
+        """What the last call did, from a library built with `trace=True`: per kernel position, the
+        arena offset of every arena tensor it touched, and every reload and spill, in order."""
+        if self._run is None or not self.generated.trace:
+            raise TilegraphError(f"{self.backend} backend: no trace; build with trace=True")
+        if not self.generated.traced:
+            return []  # no tensor lives in the arena
+        read = self._lib.tg_trace_read
+        read.argtypes, read.restype = [ctypes.c_void_p], ctypes.c_int64
+        log = np.zeros(4 * trace_capacity(self.generated.arena, self.generated.order), np.int64)
+        count = read(log.ctypes.data)
+        kinds = ("use", "reload", "spill")
+        return [TraceRecord(kinds[k], int(p), self.generated.traced[i], int(o))
+                for k, p, i, o in log[:4 * count].reshape(-1, 4)]
+
     def backend_report(self) -> str:
         arena = self.generated.arena
-        lines = [f"  arena: {arena.size} bytes, offsets from {arena.source}",
+        far = f", far pool {arena.far_size} bytes" if arena.far else ""
+        lines = [f"  arena: {arena.size} bytes, offsets from {arena.source}{far}",
+                 f"  scratch: {self.generated.scratch} bytes per thread, {self.threads} threads",
                  f"  kernels: {len(self.generated.order)} functions, source {len(self.source.splitlines())} lines"]
         for key in ("compiler", "flags", "library", "cached", "reason"):
             if key in self.build_info:

@@ -1,9 +1,13 @@
 """A whole Program as one translation unit: prelude, one function per kernel, the entry point.
 
-The entry point `tg_run(ins, outs, arena)` takes the graph inputs, the parameters (in
+The entry point `tg_run(ins, outs, arena, threads)` takes the graph inputs, the parameters (in
 `graph.params` order) and the folded values (`fold.py`) in `ins`, the kernel-produced graph
-outputs in `outs`, and the arena that holds every tensor passed between kernels; it returns 0, or
-1 when a gather index was out of range.
+outputs in `outs`, and one block of working memory: the arena that holds every tensor passed
+between kernels (`tg_arena_bytes()`: with an executed memory plan, the plan's scratchpad and the
+far pool of spilled and streamed tensors behind it), then `threads` per-thread scratch blocks of
+`tg_scratch_bytes()` each. It allocates nothing, and returns 0, or 1 when a gather index was out
+of range. With `trace`, it also logs the arena offset of every tensor each kernel reads or writes
+and every copy (`tg_trace_read`), to check that the library does what the memory plan says.
 
 Names follow the IR (`ProgramNames`): one identifier per tensor for the whole translation unit
 (kernel parameters, the tile buffers of intermediates, the entry point's pointers), and one
@@ -16,7 +20,7 @@ import re
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from tilegraph.backends.arena import Arena, plan_arena
+from tilegraph.backends.arena import Arena, align, plan_arena
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.templates import lowering_for
@@ -41,6 +45,9 @@ class Generated:
     outputs: tuple[Value, ...]  # graph outputs the code writes, in `outs` order
     folding: Folding = NO_FOLDING  # computed at load time, passed after the parameters in `ins`
     notes: list[str] = field(default_factory=list)
+    scratch: int = 0  # bytes of kernel scratch per thread, after the arena
+    trace: bool = False  # a debug build that logs what the entry point does
+    traced: tuple[Value, ...] = ()  # with `trace`: the tensors the log's ids name
 
 
 def execution_order(program: Program) -> tuple[Kernel, ...]:
@@ -149,13 +156,17 @@ def _op_of(value: Value, kernel: Kernel) -> str:
     return node.op
 
 
-def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKernel(), fold: bool = True) -> Generated:
+_SCRATCH = re.compile(r"\btg_scratch \+ .*? \* (\d+);")  # a kernel's per-thread scratch block (dialect.parallel)
+
+
+def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKernel(), fold: bool = True,
+             trace: bool = False) -> Generated:
     """The translation unit of `program` in `dialect`; `fold`: compute parameter-only nodes at
-    load time (fold.py) instead of on every call."""
+    load time (fold.py) instead of on every call; `trace`: log what the entry point does."""
     folding = plan_folding(program) if fold else NO_FOLDING
     folded = folding.node_set
     order = tuple(k for k in execution_order(program) if not all(n in folded for n in k.nodes))
-    arena = plan_arena(program, order, size_of=nbytes, exclude=folding.values)
+    arena = plan_arena(program, order, size_of=nbytes, exclude=folding.values, copies=dialect.copies)
     outputs = written_outputs(program)
     graph = program.graph
     names = ProgramNames.of(program)
@@ -177,21 +188,34 @@ def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKerne
     names = replace(names, functions=MappingProxyType(functions))
     packs = tuple(dict.fromkeys(p for by_value in packed.values() for p in by_value.values()))
     folding = replace(folding, packs=packs)
-    bodies.append(_entry(program, order, names, arena, outputs, dialect, folding, packed))
+    scratch = align(max((int(n) for body in bodies for n in _SCRATCH.findall(body)), default=0))
+    traced = (*arena.offsets, *(v for v in arena.far if v not in arena.offsets)) if trace else ()
+    threaded = any(re.search(r"\btg_threads\b", body) for body in bodies)
+    bodies.append(_entry(program, order, names, arena, outputs, dialect, folding, packed, scratch, threaded, traced))
     used = "\n".join(bodies)
     text = [code.text(), dialect.includes(), prelude(dialect.math_namespace, dialect.fast_float, used,
                                                      dialect.helpers())]
-    return Generated("\n".join(text + bodies), arena, order, outputs, folding)
+    return Generated("\n".join(text + bodies), arena, order, outputs, folding, scratch=scratch, trace=trace,
+                     traced=traced)
 
 
 def _entry(program: Program, order, names: ProgramNames, arena: Arena, outputs, dialect: Dialect,
-           folding: Folding, packed: dict[str, dict]) -> str:
+           folding: Folding, packed: dict[str, dict], scratch: int, threaded: bool, traced: tuple[Value, ...]) -> str:
     graph = program.graph
     ptr: dict[Value, str] = {}
     code = Code()
-    code.line(f'extern "C" int64_t tg_arena_bytes() {{ return {arena.size}; }}')
+    code.line(f'extern "C" int64_t tg_arena_bytes() {{ return {arena.total}; }}')
+    code.line(f'extern "C" int64_t tg_scratch_bytes() {{ return {scratch}; }}')
+    if traced:
+        _trace_functions(code, arena, order, traced)
     code.line("")
-    with code.block('extern "C" int tg_run(void* const* ins, void* const* outs, char* arena)'):
+    with code.block('extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads)'):
+        if threaded:
+            code.line("tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();")
+        if scratch:
+            code.line(f"tg_scratch = arena + {align(arena.total)};")
+        if traced:
+            code.line("tg_trace_len = 0;")
         slots = list(graph.inputs) + list(graph.params) + list(folding.inputs)
         bindings: list[tuple[Value, str, str]] = []  # value, pointer name, where
         for n, v in enumerate(slots):
@@ -205,18 +229,59 @@ def _entry(program: Program, order, names: ProgramNames, arena: Arena, outputs, 
         for n, v in enumerate(outputs):
             ptr[v] = names.values[v]
             bindings.append((v, ptr[v], f"outs[{n}]"))
+        if arena.far:
+            code.line(f"char* far = arena + {arena.far_base};  // the far pool: spilled and streamed tensors")
         for v, offset in arena.offsets.items():
             ptr[v] = names.values[v]
             bindings.append((v, ptr[v], f"arena + {offset}"))
+        for v in sorted(arena.streamed, key=lambda v: arena.far[v]):
+            ptr[v] = names.values[v]
+            bindings.append((v, ptr[v], f"far + {arena.far[v]}"))
         dialect.bind(code, bindings, arena.size)
         code.line("int err = 0;")
-        for kernel in order:
+        ids = {v: n for n, v in enumerate(traced)}
+        copies: dict[tuple[int, str], list] = {}
+        for c in arena.copies:
+            copies.setdefault((c.step, c.kind), []).append(c)
+        for position, kernel in enumerate(order):
+            for c in copies.get((position, "load"), ()):
+                name, ctype = ptr[c.value], c_type(c.value.type.dtype)
+                code.line(f"std::memcpy(arena + {c.near}, far + {c.far}, {c.bytes});  // reload")
+                code.line(f"{name} = reinterpret_cast<{ctype}*>(arena + {c.near});")
+                if traced:
+                    code.line(f"tg_trace(1, {position}, {ids[c.value]}, {name}, arena);")
             reads, writes = kernel_operands(kernel, folding)
             repacked = packed.get(kernel.name, {})
             args = [pack_ptr[repacked[v]] if v in repacked else ptr[v] for v in reads + writes]
             function = names.functions[kernel.name]
             note = f"  // kernel {mangle(kernel.name)}" if function != f"kernel_{kernel.name}" else ""
             code.line(f"if (!err) err = {dialect.call(function, args)};{note}")
+            for v in dict.fromkeys(reads + writes):
+                if v in ids:
+                    code.line(f"tg_trace(0, {position}, {ids[v]}, {ptr[v]}, arena);")
+            for c in copies.get((position, "store"), ()):
+                code.line(f"std::memcpy(far + {c.far}, {ptr[c.value]}, {c.bytes});  // spill")
+                if traced:
+                    code.line(f"tg_trace(2, {position}, {ids[c.value]}, {ptr[c.value]}, arena);")
         dialect.unbind(code, bindings, len(slots), len(outputs))
         code.line("return err;")
     return code.text()
+
+
+def trace_capacity(arena: Arena, order) -> int:
+    """Records a traced call can log at most: one per copy and per operand of every kernel."""
+    return max(1, len(arena.copies) + sum(len(k.inputs) + len(k.outputs) for k in order))
+
+
+def _trace_functions(code: Code, arena: Arena, order, traced: tuple[Value, ...]) -> None:
+    """The trace log of a debug build: one (kind, kernel position, tensor id, arena offset) record
+    per tensor a kernel touches (kind 0) and per reload (1) and spill (2), rewritten by each call."""
+    code.line(f"static int64_t tg_trace_log[4 * {trace_capacity(arena, order)}];")
+    code.line("static int64_t tg_trace_len = 0;")
+    with code.block("static void tg_trace(int64_t kind, int64_t position, int64_t id, const void* at, "
+                    "const char* arena)"):
+        code.line("int64_t* r = tg_trace_log + 4 * tg_trace_len++;")
+        code.line("r[0] = kind; r[1] = position; r[2] = id; r[3] = static_cast<const char*>(at) - arena;")
+    with code.block('extern "C" int64_t tg_trace_read(int64_t* out)'):
+        code.line("std::memcpy(out, tg_trace_log, sizeof(int64_t) * 4 * tg_trace_len);")
+        code.line("return tg_trace_len;")

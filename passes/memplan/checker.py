@@ -49,6 +49,7 @@ def find_violations(problem, plan, reads: dict[tuple[str, str], int] | None = No
     those (without it, at least one byte)."""
     bad: list[str] = []
     _check_streams(problem, plan, reads or {}, bad)
+    _check_streamed_precedence(problem, plan, bad)
     problem = _without(problem, set(getattr(plan, "streamed", ())))
     names = list(problem.tensor_names)
     tid = {n: i for i, n in enumerate(names)}
@@ -85,6 +86,20 @@ class _Replay(namedtuple("_Replay", "problem plan names tid kid sizes capacity m
     @property
     def steps(self) -> int:
         return len(self.plan.order)
+
+
+def _check_streamed_precedence(problem, plan, bad: list[str]) -> None:
+    """Kernels reading a streamed tensor run after its producer (dropping the tensor from the
+    scratchpad problem must not drop the dependence it carries)."""
+    streamed = set(getattr(plan, "streamed", ()))
+    step_of = {name: t for t, name in enumerate(plan.order)}
+    made_at = {i: step_of.get(problem.kernel_names[k]) for k, outs in enumerate(problem.kernel_outputs) for i in outs}
+    for k, ins in enumerate(problem.kernel_inputs):
+        for i in ins:
+            name, here = problem.tensor_names[i], step_of.get(problem.kernel_names[k])
+            if name in streamed and i in made_at and None not in (here, made_at[i]) and made_at[i] >= here:
+                bad.append(f"kernel {problem.kernel_names[k]} runs at step {here} before streamed %{name} is "
+                           f"produced at step {made_at[i]}")
 
 
 def _check_precedence(r: _Replay, bad: list[str]) -> None:

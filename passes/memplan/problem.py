@@ -38,6 +38,7 @@ class MemoryProblem:
     kernel_names: tuple[str, ...]
     kernel_inputs: tuple[tuple[int, ...], ...]
     kernel_outputs: tuple[tuple[int, ...], ...]
+    after: tuple[tuple[int, int], ...] = ()  # (p, k): kernel p runs before k, for tensors left out (streamed)
 
     def __post_init__(self) -> None:
         n, m = len(self.tensor_names), len(self.kernel_names)
@@ -108,9 +109,13 @@ class MemoryProblem:
 
     @cached_property
     def preds(self) -> tuple[tuple[int, ...], ...]:
+        """Kernels each kernel must follow: the producers of what it reads, and the pairs of `after`."""
+        extra: list[set[int]] = [set() for _ in range(self.num_kernels)]
+        for p, k in self.after:
+            extra[k].add(p)
         out = []
-        for ins in self.kernel_inputs:
-            out.append(tuple(sorted({self.producer[i] for i in ins if self.producer[i] >= 0})))
+        for ins, more in zip(self.kernel_inputs, extra):
+            out.append(tuple(sorted({self.producer[i] for i in ins if self.producer[i] >= 0} | more)))
         return tuple(out)
 
     @cached_property
@@ -155,7 +160,7 @@ class MemoryProblem:
 def without_tensors(problem: MemoryProblem, dropped: set[int]) -> MemoryProblem:
     """The same kernels without the tensors in `dropped`: a relaxation, since every plan of the
     problem, with those tensors' residencies and events removed, is a plan of this one with no more
-    traffic. Kernel ids (so orders) are unchanged."""
+    traffic. Kernel ids (so orders) are unchanged, and so is which orders are valid (`after`)."""
     kept = [i for i in range(problem.num_tensors) if i not in dropped]
     index = {i: n for n, i in enumerate(kept)}
 
@@ -165,9 +170,12 @@ def without_tensors(problem: MemoryProblem, dropped: set[int]) -> MemoryProblem:
     def remap(lists):
         return tuple(tuple(index[i] for i in ts if i in index) for ts in lists)
 
+    # the dropped tensors still order their producer before their readers
+    after = set(problem.after) | {(problem.producer[i], k) for i in dropped if problem.producer[i] >= 0
+                                  for k in problem.consumers[i]}
     return MemoryProblem(pick(problem.tensor_names), pick(problem.sizes), pick(problem.kinds),
                          pick(problem.is_output), problem.kernel_names, remap(problem.kernel_inputs),
-                         remap(problem.kernel_outputs))
+                         remap(problem.kernel_outputs), tuple(sorted(after)))
 
 
 def positions(order) -> list[int]:

@@ -4,6 +4,9 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define TG_MATH std
 #define TG_FAST_FLOAT 1
@@ -101,8 +104,15 @@ inline void tg_load_even_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t
 #endif
   }
 }
-inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }
-inline void tg_free(void* p) { std::free(p); }
+int tg_threads = 1;
+#ifdef _OPENMP
+inline int tg_thread() { return omp_get_thread_num(); }
+inline int tg_max_threads() { return omp_get_max_threads(); }
+#else
+inline int tg_thread() { return 0; }
+inline int tg_max_threads() { return 1; }
+#endif
+char* tg_scratch = nullptr;
 
 }  // namespace
 
@@ -225,7 +235,7 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
   // tile: d0=2 (parallel), d1=6 (parallel), d2=14 (parallel), d3=14 (parallel), d4=2 (reduction), d5=2 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(9408));
+      char* scratch = tg_scratch + static_cast<int64_t>(0) * 9408;
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 2;
         const int64_t hi0 = lo0 + 2;
@@ -305,7 +315,6 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -316,7 +325,7 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
 static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ conv2_weight, const float* __restrict__ v4, float* __restrict__ v5) {
   // tile: d0=2 (parallel), d1=16 (parallel), d2=10 (parallel), d3=10 (parallel), d4=6 (reduction), d5=5 (reduction), d6=5 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
@@ -580,7 +589,7 @@ static int kernel_k6(const float* __restrict__ f2, const float* __restrict__ fc3
   // tile: d0=8 (parallel), d1=10 (full), d2=84 (reduction)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(1088));
+      char* scratch = tg_scratch + static_cast<int64_t>(0) * 1088;
       float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 0);
       float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 320);
       float* __restrict__ v14 = reinterpret_cast<float*>(scratch + 384);
@@ -727,15 +736,17 @@ static int kernel_k6(const float* __restrict__ f2, const float* __restrict__ fc3
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
 }
 
 extern "C" int64_t tg_arena_bytes() { return 188160; }
+extern "C" int64_t tg_scratch_bytes() { return 9408; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
+  tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
+  tg_scratch = arena + 188160;
   float* x = reinterpret_cast<float*>(ins[0]);
   float* conv1_weight = reinterpret_cast<float*>(ins[1]);
   float* conv1_bias = reinterpret_cast<float*>(ins[2]);

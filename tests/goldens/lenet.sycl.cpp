@@ -773,8 +773,9 @@ static int kernel_k6(sycl::queue& q, const float* f2, const float* fc3_weight, c
 }
 
 extern "C" int64_t tg_arena_bytes() { return 188160; }
+extern "C" int64_t tg_scratch_bytes() { return 0; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   sycl::queue& q = tg_queue();
   char* dev_arena = sycl::malloc_device<char>(188160, q);
   float* x = sycl::malloc_device<float>(6272, q);

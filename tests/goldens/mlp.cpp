@@ -4,6 +4,9 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define TG_MATH std
 #define TG_FAST_FLOAT 1
@@ -57,6 +60,14 @@ template <class A> inline auto tg_erf(A a) {
 }
 inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
 typedef float tg_vf __attribute__((vector_size(64)));
+int tg_threads = 1;
+#ifdef _OPENMP
+inline int tg_thread() { return omp_get_thread_num(); }
+inline int tg_max_threads() { return omp_get_max_threads(); }
+#else
+inline int tg_thread() { return 0; }
+inline int tg_max_threads() { return 1; }
+#endif
 
 }  // namespace
 
@@ -65,7 +76,7 @@ typedef float tg_vf __attribute__((vector_size(64)));
 static int kernel_k0(const float* __restrict__ x, const float* __restrict__ w1_, const float* __restrict__ b1_, float* __restrict__ h_) {
   // tile: d0=128 (parallel), d1=64 (parallel), d2=256 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 16; ++t1) {
@@ -122,7 +133,7 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ w1_,
 static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ w2_, const float* __restrict__ x, float* __restrict__ v3) {
   // tile: d0=128 (parallel), d1=16 (parallel), d2=1024 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 16; ++t1) {
@@ -174,8 +185,10 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ w2_
 }
 
 extern "C" int64_t tg_arena_bytes() { return 524288; }
+extern "C" int64_t tg_scratch_bytes() { return 0; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
+  tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
   float* x = reinterpret_cast<float*>(ins[0]);
   float* w1_ = reinterpret_cast<float*>(ins[1]);
   float* b1_ = reinterpret_cast<float*>(ins[2]);

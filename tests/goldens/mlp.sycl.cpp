@@ -204,8 +204,9 @@ static int kernel_k1(sycl::queue& q, const float* h_, const float* w2_, const fl
 }
 
 extern "C" int64_t tg_arena_bytes() { return 524288; }
+extern "C" int64_t tg_scratch_bytes() { return 0; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   sycl::queue& q = tg_queue();
   char* dev_arena = sycl::malloc_device<char>(524288, q);
   float* x = sycl::malloc_device<float>(32768, q);

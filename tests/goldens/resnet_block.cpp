@@ -4,6 +4,9 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <cstdint>
 #include <cstddef>
@@ -37,8 +40,15 @@ inline void tg_load_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi, 
 #endif
   }
 }
-inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }
-inline void tg_free(void* p) { std::free(p); }
+int tg_threads = 1;
+#ifdef _OPENMP
+inline int tg_thread() { return omp_get_thread_num(); }
+inline int tg_max_threads() { return omp_get_max_threads(); }
+#else
+inline int tg_thread() { return 0; }
+inline int tg_max_threads() { return 1; }
+#endif
+char* tg_scratch = nullptr;
 
 }  // namespace
 
@@ -47,9 +57,9 @@ inline void tg_free(void* p) { std::free(p); }
 static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv_bn_w, const float* __restrict__ v10, const float* __restrict__ v12, const float* __restrict__ v14, const float* __restrict__ v22, float* __restrict__ h_) {
   // tile: d0=64 (parallel), d1=16 (parallel), d2=32 (parallel), d3=32 (parallel), d4=64 (reduction), d5=3 (reduction), d6=3 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
-      char* scratch = static_cast<char*>(tg_alloc(131072));
+      char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 131072;
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t1 = 0; t1 < 4; ++t1) {
         const int64_t lo1 = t1 * 16;
@@ -131,7 +141,6 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -142,9 +151,9 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
 static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ conv_bn_1_w, const float* __restrict__ v22, const float* __restrict__ x, const float* __restrict__ v20, const float* __restrict__ v24, float* __restrict__ v5) {
   // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
-      char* scratch = static_cast<char*>(tg_alloc(65536));
+      char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 65536;
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 16;
@@ -215,15 +224,17 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ con
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
 }
 
 extern "C" int64_t tg_arena_bytes() { return 262144; }
+extern "C" int64_t tg_scratch_bytes() { return 131072; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
+  tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
+  tg_scratch = arena + 262144;
   float* x = reinterpret_cast<float*>(ins[0]);
   float* conv_bn_w = reinterpret_cast<float*>(ins[1]);
   float* conv_bn_mean = reinterpret_cast<float*>(ins[2]);

@@ -241,8 +241,9 @@ static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, 
 }
 
 extern "C" int64_t tg_arena_bytes() { return 262144; }
+extern "C" int64_t tg_scratch_bytes() { return 0; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   sycl::queue& q = tg_queue();
   char* dev_arena = sycl::malloc_device<char>(262144, q);
   float* x = sycl::malloc_device<float>(65536, q);

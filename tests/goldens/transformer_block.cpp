@@ -4,6 +4,9 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define TG_MATH std
 #define TG_FAST_FLOAT 1
@@ -68,8 +71,15 @@ template <class A> inline auto tg_erf(A a) {
 template <class A> inline A tg_rsqrt(A a) { return (A)1 / TG_MATH::sqrt(a); }
 inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
 typedef float tg_vf __attribute__((vector_size(64)));
-inline void* tg_alloc(size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }
-inline void tg_free(void* p) { std::free(p); }
+int tg_threads = 1;
+#ifdef _OPENMP
+inline int tg_thread() { return omp_get_thread_num(); }
+inline int tg_max_threads() { return omp_get_max_threads(); }
+#else
+inline int tg_thread() { return 0; }
+inline int tg_max_threads() { return 1; }
+#endif
+char* tg_scratch = nullptr;
 
 }  // namespace
 
@@ -79,7 +89,7 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ norm
   // tile: d0=4 (parallel), d1=128 (full)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(8448));
+      char* scratch = tg_scratch + static_cast<int64_t>(0) * 8448;
       for (int64_t t0 = 0; t0 < 16; ++t0) {
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
@@ -235,7 +245,6 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ norm
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -246,9 +255,9 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ norm
 static int kernel_k1(const float* __restrict__ v27, const float* __restrict__ self_attention_wq, float* __restrict__ v1) {
   // tile: d0=8 (parallel), d1=128 (parallel), d2=128 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
-      char* scratch = static_cast<char*>(tg_alloc(4096));
+      char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 4096;
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 8;
@@ -296,7 +305,6 @@ static int kernel_k1(const float* __restrict__ v27, const float* __restrict__ se
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -308,7 +316,7 @@ static int kernel_k2(const float* __restrict__ v1, float* __restrict__ self_atte
   // tile: d0=1 (parallel), d1=16 (parallel), d2=32 (parallel)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(2048));
+      char* scratch = tg_scratch + static_cast<int64_t>(0) * 2048;
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         for (int64_t t1 = 0; t1 < 4; ++t1) {
           const int64_t lo0 = t0 * 1;
@@ -344,7 +352,6 @@ static int kernel_k2(const float* __restrict__ v1, float* __restrict__ self_atte
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -383,9 +390,9 @@ static int kernel_k4(const float* __restrict__ v3, float* __restrict__ v4) {
 static int kernel_k7(const float* __restrict__ v4, const float* __restrict__ self_attention_q, const float* __restrict__ self_attention_v, float* __restrict__ v33) {
   // tile: d0=1 (parallel), d1=16 (parallel), d2=32 (full), d3=64 (reduction), d4=32 (full)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
-      char* scratch = static_cast<char*>(tg_alloc(18880));
+      char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 18880;
 #pragma omp for collapse(2) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         for (int64_t t1 = 0; t1 < 4; ++t1) {
@@ -525,7 +532,6 @@ static int kernel_k7(const float* __restrict__ v4, const float* __restrict__ sel
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -537,7 +543,7 @@ static int kernel_k8(const float* __restrict__ v33, float* __restrict__ v8) {
   // tile: d0=4 (parallel), d1=4 (parallel), d2=32 (parallel)
   {
     {
-      char* scratch = static_cast<char*>(tg_alloc(2048));
+      char* scratch = tg_scratch + static_cast<int64_t>(0) * 2048;
       for (int64_t t0 = 0; t0 < 16; ++t0) {
         const int64_t lo0 = t0 * 4;
         const int64_t hi0 = lo0 + 4;
@@ -569,7 +575,6 @@ static int kernel_k8(const float* __restrict__ v33, float* __restrict__ v8) {
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -580,9 +585,9 @@ static int kernel_k8(const float* __restrict__ v33, float* __restrict__ v8) {
 static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ self_attention_wo, const float* __restrict__ self_attention_bo, const float* __restrict__ x, const float* __restrict__ v22, const float* __restrict__ norm_1_scale, const float* __restrict__ norm_1_shift, float* __restrict__ h_, float* __restrict__ v43) {
   // tile: d0=8 (parallel), d1=128 (full), d2=128 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
-      char* scratch = static_cast<char*>(tg_alloc(8320));
+      char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 8320;
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 8; ++t0) {
         const int64_t lo0 = t0 * 8;
@@ -742,7 +747,6 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
           }
         }
       }
-      tg_free(scratch);
     }
   }
   return 0;
@@ -753,7 +757,7 @@ static int kernel_k9(const float* __restrict__ v8, const float* __restrict__ sel
 static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ mlp_w1, const float* __restrict__ mlp_b1, float* __restrict__ v14) {
   // tile: d0=8 (parallel), d1=512 (parallel), d2=128 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 8; ++t0) {
@@ -810,7 +814,7 @@ static int kernel_k10(const float* __restrict__ v43, const float* __restrict__ m
 static int kernel_k11(const float* __restrict__ v14, const float* __restrict__ mlp_w2, const float* __restrict__ mlp_b2, const float* __restrict__ h_, float* __restrict__ v17) {
   // tile: d0=8 (parallel), d1=128 (parallel), d2=512 (reduction)
   {
-#pragma omp parallel
+#pragma omp parallel num_threads(tg_threads)
     {
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 8; ++t0) {
@@ -864,8 +868,11 @@ static int kernel_k11(const float* __restrict__ v14, const float* __restrict__ m
 }
 
 extern "C" int64_t tg_arena_bytes() { return 229376; }
+extern "C" int64_t tg_scratch_bytes() { return 18880; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
+  tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
+  tg_scratch = arena + 229376;
   float* x = reinterpret_cast<float*>(ins[0]);
   float* norm_scale = reinterpret_cast<float*>(ins[1]);
   float* norm_shift = reinterpret_cast<float*>(ins[2]);

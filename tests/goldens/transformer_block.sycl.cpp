@@ -966,8 +966,9 @@ static int kernel_k11(sycl::queue& q, const float* v14, const float* mlp_w2, con
 }
 
 extern "C" int64_t tg_arena_bytes() { return 229376; }
+extern "C" int64_t tg_scratch_bytes() { return 0; }
 
-extern "C" int tg_run(void* const* ins, void* const* outs, char* arena) {
+extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   sycl::queue& q = tg_queue();
   char* dev_arena = sycl::malloc_device<char>(229376, q);
   float* x = sycl::malloc_device<float>(8192, q);
