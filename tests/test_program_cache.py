@@ -4,6 +4,7 @@ or weights miss; a corrupt entry is recompiled over; the environment variable tu
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,3 +128,24 @@ def test_the_key_follows_the_code_of_the_passes(cache_home, monkeypatch):
     assert program_cache.program_key(program, "canonicalize") == key
     monkeypatch.setattr(program_cache, "code_version", lambda: "an edited pass")
     assert program_cache.program_key(program, "canonicalize") != key
+
+
+def test_a_target_file_named_by_the_pipeline_is_part_of_the_key(cache_home, tmp_path):
+    preset = (Path(tilegraph.ir.__file__).parent / "hardware_presets" / "cpu.toml").read_text()
+    target = tmp_path / "my_cpu.toml"
+    target.write_text(preset)
+    pipeline = f"canonicalize,fuse,tile{{target={target}}}"
+    compile_cached(layer(), pipeline=pipeline)
+    assert "passes (cached)" in compile_cached(layer(), pipeline=pipeline).compile_seconds
+    target.write_text(preset.replace("bytes = 1048576", "bytes = 4096"))  # a smaller L2: other tiles
+    assert "passes (cached)" not in compile_cached(layer(), pipeline=pipeline).compile_seconds
+
+
+def test_an_unusable_cache_directory_compiles_without_the_cache(tmp_path, monkeypatch):
+    blocker = tmp_path / "not_a_directory"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    compiled = tilegraph.compile(layer(), target="reference", program_cache=True)
+    assert "passes (cached)" not in compiled.compile_seconds
+    np.testing.assert_array_equal(run(compiled, x), run(tilegraph.compile(layer(), target="reference"), x))

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import tilegraph
+from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.graph import Graph, Value
 from tilegraph.ir.program import Program
 from tilegraph.ir.program_text import parse_program, print_program
@@ -73,9 +74,12 @@ def code_version() -> str:
     return digest.hexdigest()
 
 
-def program_key(program: Program, pipeline: str) -> str:
-    """The entry's name: input text, pipeline, parameter data and code version, hashed."""
+def program_key(program: Program, pipeline: str, files: tuple[Path, ...] = ()) -> str:
+    """The entry's name: input text, pipeline (and the `files` it names, e.g. a target's .toml),
+    parameter data and code version, hashed."""
     digest = hashlib.sha256(f"tilegraph-program-cache {FORMAT}\0{code_version()}\0{pipeline}\0".encode())
+    for path in files:
+        digest.update(path.read_bytes() + b"\0")
     digest.update(print_program(program).encode())
     for value in program.graph.params:
         digest.update(f"\0{value.name}:".encode())
@@ -92,14 +96,34 @@ def run_cached(source: Graph | Program, pipeline: str | None, target: str) -> Ca
 
     start = time.perf_counter()
     program = source if isinstance(source, Program) else Program.unfused(source)
-    key = program_key(program, str(parse_pipeline(pipeline or default_pipeline(target))))
-    path = cache_dir() / f"{key}.npz"
-    loaded = load_entry(path, program.graph)
+    steps = parse_pipeline(pipeline or default_pipeline(target))
+    try:
+        path = cache_dir() / f"{program_key(program, str(steps), _named_files(steps))}.npz"
+    except (OSError, TilegraphError):  # no usable cache directory: compile as without the cache
+        path = None
+    loaded = load_entry(path, program.graph) if path is not None else None
     if loaded is not None:
         return CachedRun(loaded, None, True, time.perf_counter() - start)
     result, manager = compile_program(program, pipeline, target)
-    store_entry(path, result, program.graph)
+    if path is not None:
+        try:
+            store_entry(path, result, program.graph)
+        except OSError:  # a full or read-only disk costs the next compile its hit, nothing more
+            pass
     return CachedRun(result, manager, False, time.perf_counter() - start)
+
+
+def _named_files(steps) -> tuple[Path, ...]:
+    """Files the pipeline's options name (a target's .toml): their contents are part of the key."""
+    import dataclasses
+
+    named = []
+    for step in steps:
+        for option in dataclasses.fields(step.options):
+            value = getattr(step.options, option.name)
+            if isinstance(value, str) and value.endswith(".toml") and Path(value).is_file():
+                named.append(Path(value))
+    return tuple(named)
 
 
 # ----- entries ---------------------------------------------------------------------------------
