@@ -149,3 +149,14 @@ def test_an_unusable_cache_directory_compiles_without_the_cache(tmp_path, monkey
     compiled = tilegraph.compile(layer(), target="reference", program_cache=True)
     assert "passes (cached)" not in compiled.compile_seconds
     np.testing.assert_array_equal(run(compiled, x), run(tilegraph.compile(layer(), target="reference"), x))
+
+
+def test_a_hit_reports_what_the_passes_decided(cache_home):
+    first = compile_cached(layer())
+    second = compile_cached(layer())
+    assert "passes (cached)" in second.compile_seconds
+    from tilegraph.report import program_report
+
+    report = program_report(first.program, explain_fusion=True)
+    assert "tiling for target" in report and "decisions:" in report
+    assert program_report(second.program, explain_fusion=True) == report

@@ -3,10 +3,12 @@
 An entry is keyed by a hash of the input program's text, the pipeline, the parameters' data (a
 CRC-32 per parameter: folding reads weights, and a uniform result changes the program's structure)
 and the source of the IR and pass code (editing a pass invalidates every entry). It holds the
-scheduled Program's text and how to give each of its parameters data again: the input parameter of
-that name, a view of one (a folded relayout keeps numpy's transposed view), or stored data (other
-folded constants). Entries live in `programs/` beside the C++ library cache (`$XDG_CACHE_HOME/tilegraph`);
-`TILEGRAPH_PROGRAM_CACHE=0` turns the cache off. An entry that cannot be read is ignored and rewritten.
+scheduled Program's text, the passes' report notes, and how to give each of its parameters data
+again: the input parameter of that name, a view of one (a folded relayout keeps numpy's transposed
+view), or stored data (other folded constants). Entries live in `programs/` beside the C++ library
+cache (`$XDG_CACHE_HOME/tilegraph`, private to the user: the notes are pickled, as the libraries
+there are loaded as code); `TILEGRAPH_PROGRAM_CACHE=0` turns the cache off. An entry that cannot be
+read is ignored and rewritten.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import tempfile
 import time
 import zlib
@@ -30,7 +33,7 @@ from tilegraph.ir.program import Program
 from tilegraph.ir.program_text import parse_program, print_program
 
 ENV = "TILEGRAPH_PROGRAM_CACHE"
-FORMAT = 1  # bump when the entry layout changes
+FORMAT = 2  # bump when the entry layout changes
 MAX_STORED_BYTES = 64 << 20  # folded data beyond this is not worth a disk entry: recompile instead
 
 
@@ -180,9 +183,13 @@ def store_entry(path: Path, program: Program, source: Graph) -> bool:
     if sum(a.nbytes for a in stored.values()) > MAX_STORED_BYTES:
         return False
     manifest = json.dumps({"params": [v.name for v in program.graph.params], "recipes": recipes})
+    try:  # the passes' report notes (fusion decisions, tiling figures: plain frozen dataclasses)
+        notes = pickle.dumps(program.notes, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # a note that does not pickle: the report of a hit then lacks the notes
+        notes = pickle.dumps({})
     buffer = io.BytesIO()
     np.savez(buffer, program=np.frombuffer(print_program(program).encode(), np.uint8),
-             manifest=np.frombuffer(manifest.encode(), np.uint8), **stored)
+             manifest=np.frombuffer(manifest.encode(), np.uint8), notes=np.frombuffer(notes, np.uint8), **stored)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp_", suffix=".npz", delete=False) as tmp:
         tmp.write(buffer.getvalue())
     os.replace(tmp.name, path)
@@ -206,6 +213,7 @@ def load_entry(path: Path, source: Graph) -> Program | None:
                 if recipe["from"] != "none" and (data is None or tuple(data.shape) != value.type.shape):
                     return None
                 value.data = data
+            program.notes.update(pickle.loads(entry["notes"].tobytes()))
     except Exception:  # a corrupt or foreign entry (truncated file, bad text, missing array): recompile
         return None
     return program
