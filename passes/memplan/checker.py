@@ -48,7 +48,7 @@ def find_violations(problem, plan, reads: dict[tuple[str, str], int] | None = No
     surely reads of it (its loop domain's distinct elements): a streamed load must move at least
     those (without it, at least one byte)."""
     bad: list[str] = []
-    _check_streams(problem, plan, reads or {}, bad)
+    _check_streams(problem, plan, reads, bad)
     _check_streamed_precedence(problem, plan, bad)
     problem = _without(problem, set(getattr(plan, "streamed", ())))
     names = list(problem.tensor_names)
@@ -247,9 +247,11 @@ def _check_traffic(r: _Replay, bad: list[str]) -> None:
         bad.append(f"reported compulsory traffic {plan.compulsory} B != {compulsory} B counted from the events")
 
 
-def _check_streams(problem, plan, reads: dict[tuple[str, str], int], bad: list[str]) -> None:
+def _check_streams(problem, plan, reads: dict[tuple[str, str], int] | None, bad: list[str]) -> None:
     """The tile traffic of streamed tensors, when the plan records it (`stream_events` not None).
-    A size check uses the tensor's size less the plan's alignment padding (its true bytes are at least that)."""
+    A reader must load what `reads` says it surely reads (nothing where it names no bytes), or
+    without `reads` at least one byte. A size check uses the tensor's size less the plan's alignment
+    padding (its true bytes are at least that)."""
     streamed = set(getattr(plan, "streamed", ()))
     events = getattr(plan, "stream_events", None)
     if events is None:
@@ -294,7 +296,7 @@ def _check_streams(problem, plan, reads: dict[tuple[str, str], int], bad: list[s
         readers = sorted((step_of[problem.kernel_names[k]], problem.kernel_names[k])
                          for k, ins in enumerate(problem.kernel_inputs) if i in ins and problem.kernel_names[k] in step_of)
         for t, kernel in readers:
-            need = max(1, reads.get((kernel, name), 1))
+            need = 1 if reads is None else reads.get((kernel, name), 0)
             if moved[name, "load", t] < need:
                 bad.append(f"streamed %{name}: kernel {kernel} (step {t}) loads {moved[name, 'load', t]} B, "
                            f"less than the {need} B it reads")
