@@ -45,8 +45,10 @@ def build(program: Program, params: Mapping, *, cxx: str | None = None,
     generated_at = time.perf_counter()
     compiler = find_compiler(cxx)
     flags = compile_flags(cxxflags)
-    library, cached = build_library(generated.source, compiler, flags)
+    library, cached = build_library(generated.source, compiler, flags, units=generated.units)
     info = {"compiler": compiler, "flags": " ".join(flags), "library": str(library), "cached": cached}
+    if generated.units:
+        info["units"] = f"{len(generated.units)} translation units, compiled in parallel"
     compiled = NativeProgram(program, params, generated, library, info)
     compiled.compile_seconds = {"codegen": generated_at - start,
                                 "build (cached)" if cached else "build": time.perf_counter() - generated_at}

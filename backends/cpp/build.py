@@ -6,7 +6,9 @@ value (the code never reads floating-point exception flags); it lets GCC if-conv
 the prelude's exp/erf/tanh, without which loops calling them stay scalar. Libraries are cached
 under the user's cache directory (`$XDG_CACHE_HOME/tilegraph` or `~/.cache/tilegraph`, created private), keyed by a hash
 of compiler, flags and source; a build writes to a temporary name and renames, so concurrent
-builds of the same source are safe.
+builds of the same source are safe. A large program comes as several translation units too: they
+compile to objects in parallel, one process per core, each cached by its own content (a changed
+kernel rebuilds its unit only), and link into the library.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tilegraph.ir import TilegraphError
@@ -91,13 +94,18 @@ def cache_key(compiler: str, flags: Sequence[str], source: str) -> str:
     return digest.hexdigest()[:32]
 
 
-def build_library(source: str, compiler: str, flags: Sequence[str], suffix: str = ".cpp") -> tuple[Path, bool]:
-    """The shared library for `source`: (path, whether it came from the cache)."""
+def build_library(source: str, compiler: str, flags: Sequence[str], suffix: str = ".cpp",
+                  units: Sequence[str] = ()) -> tuple[Path, bool]:
+    """The shared library for `source`: (path, whether it came from the cache). With `units` (the
+    same code as several translation units), those compile in parallel, each cached by content."""
     key = cache_key(compiler, flags, source)
     directory = cache_dir()
     library = directory / f"tg_{key}.so"
     if library.exists():
         return library, True
+    if units:
+        link_units(units, compiler, flags, library)
+        return library, False
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         src = Path(tmp) / f"tg_{key}{suffix}"
         src.write_text(source)
@@ -108,6 +116,40 @@ def build_library(source: str, compiler: str, flags: Sequence[str], suffix: str 
             raise BuildError(format_build_error(result.stderr or result.stdout, source, src.name, command))
         os.replace(out, library)
     return library, False
+
+
+def link_units(units: Sequence[str], compiler: str, flags: Sequence[str], library: Path) -> None:
+    """Compile each unit to an object (cached by content; missing ones in parallel, one process
+    per core) and link them into `library`."""
+    directory = cache_dir()
+    object_flags = [f for f in flags if f != "-shared"] + ["-c"]
+    objects = [directory / f"tg_{cache_key(compiler, object_flags, unit)}.o" for unit in units]
+    missing = [(unit, obj) for unit, obj in zip(units, objects) if not obj.exists()]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(missing), os.cpu_count() or 1))) as pool:
+        for error in pool.map(lambda job: _compile_object(*job, compiler, object_flags), missing):
+            if error is not None:
+                raise error
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        out = Path(tmp) / "lib.so"
+        command = [*shlex.split(compiler), *flags, *map(str, objects), "-o", str(out)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise BuildError(format_build_error(result.stderr or result.stdout, "", "", command))
+        os.replace(out, library)
+
+
+def _compile_object(unit: str, obj: Path, compiler: str, flags: Sequence[str]) -> BuildError | None:
+    """Compile one unit to `obj` (written under a temporary name, then renamed); the error, if any."""
+    with tempfile.TemporaryDirectory(dir=obj.parent) as tmp:
+        src = Path(tmp) / f"{obj.stem}.cpp"
+        src.write_text(unit)
+        out = Path(tmp) / "unit.o"
+        command = [*shlex.split(compiler), *flags, str(src), "-o", str(out)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            return BuildError(format_build_error(result.stderr or result.stdout, unit, src.name, command))
+        os.replace(out, obj)
+    return None
 
 
 _LOCATION = re.compile(r"(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?:fatal )?error: (?P<msg>.*)")

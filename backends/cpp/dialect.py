@@ -15,18 +15,23 @@ from .prelude import Helper
 
 Body = Callable[[Code], None]
 
-# Threads a parallel kernel uses: set by tg_run to the fewest of OpenMP's and the scratch pool's.
-THREADS = r"""int tg_threads = 1;
-#ifdef _OPENMP
+# Threads a parallel kernel uses (set by tg_run to the fewest of OpenMP's and the scratch pool's)
+# and the per-thread scratch pool the caller passes in, so kernels allocate nothing on the call
+# path: state all translation units of a library share (C++17 inline variables, not exported).
+THREADS = "inline int tg_threads = 1;\n"
+SCRATCH = "inline char* tg_scratch = nullptr;\n"
+THREAD = """#ifdef _OPENMP
 inline int tg_thread() { return omp_get_thread_num(); }
-inline int tg_max_threads() { return omp_get_max_threads(); }
 #else
 inline int tg_thread() { return 0; }
+#endif
+"""
+MAX_THREADS = """#ifdef _OPENMP
+inline int tg_max_threads() { return omp_get_max_threads(); }
+#else
 inline int tg_max_threads() { return 1; }
 #endif
 """
-# The per-thread scratch pool, passed in by the caller: kernels allocate nothing on the call path.
-SCRATCH = "char* tg_scratch = nullptr;\n"
 
 # `lanes` vectors from `src`, lanes [lo, hi) of the row loaded and the others zero, never touching
 # memory outside [lo, hi): a padded or partial row of the micro-kernel without a scalar gather.
@@ -113,6 +118,7 @@ class Dialect:
 
     name = "cpp"
     copies = True  # the entry point copies tensors between the arena and the far pool (executed memory plans)
+    splits = True  # large programs build as several translation units, in parallel
     math_namespace = "std"
     vector_width = 16  # f32 lanes of the register-block vectors (GCC vector extension, 64 bytes)
     vector_type = "tg_vf"
@@ -125,10 +131,14 @@ class Dialect:
                 Helper("tg_vf", "typedef float tg_vf __attribute__((vector_size(64)));\n"),
                 Helper("tg_load_lanes", LOAD_LANES), Helper("tg_load_masks", LOAD_MASKS),
                 Helper("tg_load_even", LOAD_EVEN), Helper("tg_load_even_lanes", LOAD_EVEN_LANES),
-                Helper("tg_threads", THREADS), Helper("tg_scratch", SCRATCH))
+                Helper("tg_thread", THREAD), Helper("tg_max_threads", MAX_THREADS),
+                Helper("tg_threads", THREADS, shared=True), Helper("tg_scratch", SCRATCH, shared=True))
 
-    def includes(self) -> str:
-        return "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
+    def includes(self, code: str) -> str:
+        """The headers `code` (a unit's helpers and functions) needs beyond the prelude's: the
+        AVX-512 intrinsics only where used (parsing them costs g++ 0.2 s per unit)."""
+        simd = "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n" if "_mm512" in code else ""
+        return simd + "#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
 
     def flag_begin(self, code: Code) -> None:
         """Open the error flag `*err` that layout kernels set (gather index out of range)."""
@@ -218,6 +228,7 @@ class SyclDialect(Dialect):
 
     name = "sycl"
     copies = False  # device arenas follow the liveness plan when a memory plan moves tensors
+    splits = False  # one translation unit: the SYCL compilers' device code is per unit
     math_namespace = "sycl"
     vector_width = 0  # plain scalar register blocks: the SYCL compiler vectorises across work-items
     fast_float = False  # sycl:: math functions are the device's own
@@ -226,7 +237,7 @@ class SyclDialect(Dialect):
         self.group_size = max(1, int(group_size))
         self.local_bytes = local_bytes
 
-    def includes(self) -> str:
+    def includes(self, code: str) -> str:
         return "#include <sycl/sycl.hpp>\n"
 
     def helpers(self) -> tuple[Helper, ...]:

@@ -20,12 +20,17 @@ INCLUDES = r"""#include <cstdint>
 """
 
 
+HIDDEN = "#pragma GCC visibility push(hidden)\n"  # what follows is seen by the library only
+HIDDEN_END = "#pragma GCC visibility pop\n"
+
+
 @dataclass(frozen=True)
 class Helper:
     """One definition of the prelude, emitted when the code names it (`tg_...`)."""
 
     name: str
     text: str
+    shared: bool = False  # state every translation unit of a library shares: outside the anonymous namespace
 
 
 HELPERS: tuple[Helper, ...] = (
@@ -175,11 +180,15 @@ def prelude(math_namespace: str = "std", fast_float: bool = True, used: str | No
     versions above instead of libm calls."""
     helpers = (*HELPERS, *extra)
     chosen = list(helpers) if used is None else used_helpers(used, helpers)
-    text = "".join(h.text for h in chosen)
+    text = "".join(h.text for h in chosen)  # what the macros below look for
     head = ""
     if "TG_MATH" in text:
         head += f"#define TG_MATH {math_namespace}\n"
     if "TG_FAST_FLOAT" in text:
         head += f"#define TG_FAST_FLOAT {int(fast_float)}\n"
-    body = f"\nnamespace {{\n\n{text}\n}}  // namespace\n" if chosen else ""
-    return head + INCLUDES + body
+    shared = "".join(h.text for h in chosen if h.shared)
+    local = "".join(h.text for h in chosen if not h.shared)
+    body = f"\nnamespace {{\n\n{local}\n}}  // namespace\n" if local else ""
+    if shared:  # one instance per library, not exported from it
+        shared = f"\n{HIDDEN}{shared}{HIDDEN_END}"
+    return head + INCLUDES + shared + body

@@ -150,7 +150,7 @@ class NativeProgram(CompiledProgram):
         lines = [f"  arena: {arena.size} bytes, offsets from {arena.source}{far}",
                  f"  scratch: {self.generated.scratch} bytes per thread, {self.threads} threads",
                  f"  kernels: {len(self.generated.order)} functions, source {len(self.source.splitlines())} lines"]
-        for key in ("compiler", "flags", "library", "cached", "reason"):
+        for key in ("compiler", "flags", "units", "library", "cached", "reason"):
             if key in self.build_info:
                 lines.append(f"  {key}: {self.build_info[key]}")
         return "\n".join(lines)

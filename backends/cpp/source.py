@@ -16,7 +16,9 @@ Generated text depends only on the Program and the options, so it is byte-identi
 """
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -32,7 +34,7 @@ from .emit import KernelEmitter, MicroKernel
 from .fold import NO_FOLDING, Folding, plan_folding
 from .layout import emit_layout
 from .names import NameTable, c_type, cpp_reserved, identifier, kernel_functions, mangle, nbytes
-from .prelude import prelude
+from .prelude import HIDDEN, HIDDEN_END, prelude
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Generated:
     folding: Folding = NO_FOLDING  # computed at load time, passed after the parameters in `ins`
     notes: list[str] = field(default_factory=list)
     scratch: int = 0  # bytes of kernel scratch per thread, after the arena
+    units: tuple[str, ...] = ()  # the same code as translation units that compile apart (none: one unit)
     trace: bool = False  # a debug build that logs what the entry point does
     traced: tuple[Value, ...] = ()  # with `trace`: the tensors the log's ids name
 
@@ -160,9 +163,10 @@ _SCRATCH = re.compile(r"\btg_scratch \+ .*? \* (\d+);")  # a kernel's per-thread
 
 
 def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKernel(), fold: bool = True,
-             trace: bool = False) -> Generated:
+             trace: bool = False, cores: int | None = None) -> Generated:
     """The translation unit of `program` in `dialect`; `fold`: compute parameter-only nodes at
-    load time (fold.py) instead of on every call; `trace`: log what the entry point does."""
+    load time (fold.py) instead of on every call; `trace`: log what the entry point does; `cores`
+    (default: this machine's) the units to split a large program into (`Generated.units`)."""
     folding = plan_folding(program) if fold else NO_FOLDING
     folded = folding.node_set
     order = tuple(k for k in execution_order(program) if not all(n in folded for n in k.nodes))
@@ -192,11 +196,42 @@ def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKerne
     traced = (*arena.offsets, *(v for v in arena.far if v not in arena.offsets)) if trace else ()
     threaded = any(re.search(r"\btg_threads\b", body) for body in bodies)
     bodies.append(_entry(program, order, names, arena, outputs, dialect, folding, packed, scratch, threaded, traced))
-    used = "\n".join(bodies)
-    text = [code.text(), dialect.includes(), prelude(dialect.math_namespace, dialect.fast_float, used,
-                                                     dialect.helpers())]
-    return Generated("\n".join(text + bodies), arena, order, outputs, folding, scratch=scratch, trace=trace,
-                     traced=traced)
+    def head(used: str, comment: str = code.text()) -> list[str]:
+        helpers = prelude(dialect.math_namespace, dialect.fast_float, used, dialect.helpers())
+        return [comment, dialect.includes(helpers + used), helpers]
+
+    cores = cores or os.cpu_count() or 1
+    units = split_units(head, bodies[:-1], bodies[-1], cores) if dialect.splits else ()
+    return Generated("\n".join(head("\n".join(bodies)) + bodies), arena, order, outputs, folding, scratch=scratch,
+                     trace=trace, traced=traced, units=units)
+
+
+SPLIT_LINES = 1000  # kernel code below this compiles faster as one unit than as several
+_STATIC = re.compile(r"^static (int \w+\(.*\)) \{$", re.M)
+
+
+def split_units(head: Callable[..., list[str]], kernels: list[str], entry: str, cores: int) -> tuple[str, ...]:
+    """The translation unit as one unit per core that compile apart (in parallel, each cached by
+    content): the kernel functions dealt out by size, hidden instead of static, the entry point and
+    their declarations in the lightest unit; () when one core or too little code to pay (every unit
+    parses the headers again, 0.1 s)."""
+    lines = [k.count("\n") + 1 for k in kernels]
+    parts = min(cores, 8, len(kernels), sum(lines) // (SPLIT_LINES // 2))
+    if sum(lines) < SPLIT_LINES or parts < 2:
+        return ()
+    # by name, not position, so that a new kernel order (a memory plan) leaves the kernels' units as they were
+    name = [_STATIC.search(k).group(1) for k in kernels]
+    groups: list[list[int]] = [[] for _ in range(parts)]
+    for n in sorted(range(len(kernels)), key=lambda n: (-lines[n], name[n])):  # longest first, to the lightest
+        min(groups, key=lambda g: sum(lines[m] for m in g)).append(n)
+    texts = [[HIDDEN, *(_STATIC.sub(r"\1 {", kernels[n]) for n in sorted(group, key=name.__getitem__)), HIDDEN_END]
+             for group in groups]
+    declarations = "".join([HIDDEN, *(f"{signature};\n" for signature in sorted(name)), HIDDEN_END])
+    lightest = min(range(parts), key=lambda g: (sum(lines[m] for m in groups[g]), g))
+    texts[lightest] += [declarations, entry]
+    first_line = head("")[0].splitlines()[0]  # a kernel unit's text owes nothing to the arena or the order
+    return tuple("\n".join(head("\n".join(unit), *(() if g == lightest else (first_line,))) + unit)
+                 for g, unit in enumerate(texts))
 
 
 def _entry(program: Program, order, names: ProgramNames, arena: Arena, outputs, dialect: Dialect,

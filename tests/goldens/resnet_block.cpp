@@ -16,6 +16,11 @@
 #include <limits>
 #include <type_traits>
 
+#pragma GCC visibility push(hidden)
+inline int tg_threads = 1;
+inline char* tg_scratch = nullptr;
+#pragma GCC visibility pop
+
 namespace {
 
 template <class A, class B> inline auto tg_max(A a, B b) {
@@ -40,15 +45,16 @@ inline void tg_load_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi, 
 #endif
   }
 }
-int tg_threads = 1;
 #ifdef _OPENMP
 inline int tg_thread() { return omp_get_thread_num(); }
-inline int tg_max_threads() { return omp_get_max_threads(); }
 #else
 inline int tg_thread() { return 0; }
+#endif
+#ifdef _OPENMP
+inline int tg_max_threads() { return omp_get_max_threads(); }
+#else
 inline int tg_max_threads() { return 1; }
 #endif
-char* tg_scratch = nullptr;
 
 }  // namespace
 
