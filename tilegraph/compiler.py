@@ -40,7 +40,7 @@ def compile(graph: Graph | Program, target: str = "reference", pipeline: str | N
     from tilegraph.backends.reference import random_params
 
     backend = get_backend(target)
-    if options.get("memory_limit") is not None:
+    if "memory_limit" in options:
         pipeline, options = limit_memory(backend, pipeline, options)
     source = graph.graph if isinstance(graph, Program) else graph
     # Draw parameters from the graph as written: the passes may rewrite a parameter's users (a
@@ -87,11 +87,13 @@ def limit_memory(backend, pipeline: str | None, options: dict) -> tuple[str, dic
     from tilegraph.driver import memory_limited_pipeline
     from tilegraph.ir import TilegraphError
 
+    options = dict(options)
+    limit = options.pop("memory_limit")
+    if limit is None:
+        return pipeline, options
     if "memory-limit" not in backend.capabilities:
         raise TilegraphError(f"memory_limit applies to target {' or '.join(with_capability('memory-limit'))}, "
                              f"not {backend.name}")
-    options = dict(options)
-    limit = options.pop("memory_limit")
     return memory_limited_pipeline(pipeline, backend.tile_target, limit), {**options, "execute_plan": True}
 
 
