@@ -105,16 +105,10 @@ def build_library(source: str, compiler: str, flags: Sequence[str], suffix: str 
         return library, True
     if units:
         link_units(units, compiler, flags, library)
-        return library, False
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        src = Path(tmp) / f"tg_{key}{suffix}"
-        src.write_text(source)
-        out = Path(tmp) / "lib.so"
-        command = [*shlex.split(compiler), *flags, str(src), "-o", str(out)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise BuildError(format_build_error(result.stderr or result.stdout, source, src.name, command))
-        os.replace(out, library)
+    else:
+        error = compile_to(library, source, compiler, flags, suffix)
+        if error is not None:
+            raise error
     return library, False
 
 
@@ -124,31 +118,33 @@ def link_units(units: Sequence[str], compiler: str, flags: Sequence[str], librar
     directory = cache_dir()
     object_flags = [f for f in flags if f != "-shared"] + ["-c"]
     objects = [directory / f"tg_{cache_key(compiler, object_flags, unit)}.o" for unit in units]
-    missing = [(unit, obj) for unit, obj in zip(units, objects) if not obj.exists()]
+    missing = [(obj, unit) for unit, obj in zip(units, objects) if not obj.exists()]
     with ThreadPoolExecutor(max_workers=max(1, min(len(missing), os.cpu_count() or 1))) as pool:
-        for error in pool.map(lambda job: _compile_object(*job, compiler, object_flags), missing):
+        for error in pool.map(lambda job: compile_to(*job, compiler, object_flags), missing):
             if error is not None:
                 raise error
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        out = Path(tmp) / "lib.so"
-        command = [*shlex.split(compiler), *flags, *map(str, objects), "-o", str(out)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise BuildError(format_build_error(result.stderr or result.stdout, "", "", command))
-        os.replace(out, library)
+    error = compile_to(library, "", compiler, [*flags, *map(str, objects)])
+    if error is not None:
+        raise error
 
 
-def _compile_object(unit: str, obj: Path, compiler: str, flags: Sequence[str]) -> BuildError | None:
-    """Compile one unit to `obj` (written under a temporary name, then renamed); the error, if any."""
-    with tempfile.TemporaryDirectory(dir=obj.parent) as tmp:
-        src = Path(tmp) / f"{obj.stem}.cpp"
-        src.write_text(unit)
-        out = Path(tmp) / "unit.o"
-        command = [*shlex.split(compiler), *flags, str(src), "-o", str(out)]
+def compile_to(target: Path, source: str, compiler: str, flags: Sequence[str], suffix: str = ".cpp"
+               ) -> BuildError | None:
+    """Run the compiler on `source` (none: `flags` name the inputs) into `target`, written under a
+    temporary name and renamed, so concurrent builds are safe; the error, if any."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        inputs = []
+        if source:
+            src = Path(tmp) / f"{target.stem}{suffix}"
+            src.write_text(source)
+            inputs = [str(src)]
+        out = Path(tmp) / f"out{target.suffix}"
+        command = [*shlex.split(compiler), *flags, *inputs, "-o", str(out)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            return BuildError(format_build_error(result.stderr or result.stdout, unit, src.name, command))
-        os.replace(out, obj)
+            name = Path(inputs[0]).name if inputs else ""
+            return BuildError(format_build_error(result.stderr or result.stdout, source, name, command))
+        os.replace(out, target)
     return None
 
 
