@@ -318,7 +318,7 @@ class FxConverter:
         def example(n: fx.Node) -> Any:
             value = self.examples[n]
             if stand_ins and isinstance(value, FakeTensor):
-                return torch.zeros(value.shape, dtype=value.dtype)
+                return torch.zeros(value.shape, dtype=value.dtype, device=value.device)
             return value
 
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), example)
@@ -513,7 +513,7 @@ def _propagated_statically(gm: fx.GraphModule, args: Sequence[Any]) -> bool:
 
 
 def _static(leaf: Any) -> bool:
-    """A fake tensor of static shape and strides, or a plain Python value (no symbolic sizes)."""
+    """A fake tensor of static shape, or a plain Python value (no symbolic sizes or values)."""
     if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return False
     if isinstance(leaf, torch.Tensor):
