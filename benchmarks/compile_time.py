@@ -6,9 +6,11 @@
 Models: GPT-2 small, BERT-base (12 layers each, 128 tokens) and ResNet-50 (224x224), batch 1, from
 transformers configs (benchmarks/torch_models.py). Cold: the first call of a fresh torch.compile with
 empty caches on both sides (a new tilegraph build cache; Inductor's `fresh_cache`). Warm: the same
-again after `torch._dynamo.reset()`, caches filled: Dynamo captures again, tilegraph converts and
-runs its passes again and loads the library it built. tilegraph's cold time is split into phases:
-Dynamo's capture (the rest), conversion, the pass pipeline, code generation, and the C++ build.
+again after `torch._dynamo.reset()`, caches filled: Dynamo captures again, tilegraph converts again,
+takes the scheduled Program from its program cache and loads the library it built. tilegraph's cold
+time is split into phases: Dynamo's capture (the rest, with binding the weights, the first run and
+any garbage collection), conversion, the pass pipeline (through the program cache: the key and the
+entry's write count here), code generation, and the C++ build.
 """
 from __future__ import annotations
 
