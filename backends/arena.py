@@ -199,7 +199,8 @@ def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life:
         spilled = [p for p, _, w, _ in moves if w is v]
         if spilled:
             far_life[v] = (min(spilled), max(spilled))
-    far = first_fit(list(far_life), far_life, size_of)
+    # largest first (TFLite Micro's greedy-by-size): big streamed tensors in a chain share bytes
+    far = first_fit(sorted(far_life, key=lambda v: (-size_of(v.type), far_life[v][0], v.name)), far_life, size_of)
     copies = tuple(Copy(p, kind, v, near, far[v], size_of(v.type))
                    for p, kind, v, near in sorted(moves, key=lambda m: (m[0], m[1] == "load", m[2].name)))
     far_size = max((o + align(max(size_of(v.type), 1)) for v, o in far.items()), default=0)
