@@ -171,11 +171,17 @@ def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life:
         return max((p for p, s in enumerate(steps) if s <= step), default=0)
 
     streamed = set(plan.streamed)
+    stays_of: dict[str, list] = {}
+    for r in sorted(plan.residencies, key=lambda r: r.start):
+        stays_of.setdefault(r.tensor, []).append(r)
+    events_of: dict[str, list] = {}
+    for e in plan.events:
+        events_of.setdefault(e.tensor, []).append(e)
     offsets: dict[Value, int] = {}
     far_life: dict[Value, tuple[int, int]] = {}
     moves: list[tuple[int, str, Value, int]] = []  # position, kind, value, arena offset
     for v in values:
-        stays = sorted(plan.residencies_of(v.name), key=lambda r: r.start)
+        stays = stays_of.get(v.name, [])
         if not stays:
             if v.name not in streamed and size_of(v.type):
                 return f"has no place for %{v.name}"
@@ -188,15 +194,13 @@ def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life:
                 return f"gives %{v.name} {r.size} B; this backend stores it in {size_of(v.type)} B"
         offsets[v] = stays[0].offset
         stay_at = {r.start: r for r in stays}
-        for e in plan.events:
-            if e.tensor != v.name:
-                continue
+        for e in events_of.get(v.name, ()):
             if e.kind == "load":
                 moves.append((before(e.step), "load", v, stay_at[e.step].offset))
             else:
                 covering = next(r for r in stays if r.start <= e.step <= r.end)
                 moves.append((after(e.step), "store", v, covering.offset))
-        spilled = [p for p, _, w, _ in moves if w is v]
+        spilled = [p for p, _, w, _ in moves if w is v]  # this tensor's copies
         if spilled:
             far_life[v] = (min(spilled), max(spilled))
     # largest first (TFLite Micro's greedy-by-size): big streamed tensors in a chain share bytes
