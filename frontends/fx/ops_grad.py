@@ -13,13 +13,14 @@ The IR has no scatter, so each backward is written with ops it has:
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 import torch
 
-from tilegraph.ir import Value
+from tilegraph.ir import DType, Value
 
-from .context import ConvertContext, Missing, Unsupported, ir_dtype
+from .context import ConvertContext, Missing, Unsupported
 from .ops_nn import PoolWindow, _batched, _pair
 from .ops_tensor import A, pad
 from .registry import converts
@@ -177,12 +178,22 @@ def avg_pool2d_backward(cx, grad_output, x, kernel_size, stride, padding, ceil_m
 
 
 # ----- attention -------------------------------------------------------------------------------------
+# torch's fused attention ops save each query row's logsumexp for the backward; the CPU flash op and
+# the CUDA flash, memory-efficient and cuDNN ops differ only in their argument order, the layout of that
+# statistic (efficient pads the query axis to a multiple of 32) and the random-number state they return.
+_RNG_READERS = ("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+                "_scaled_dot_product_cudnn_attention_backward")
+
+
 def _scores(cx, q: Value, k: Value, batch: tuple[int, ...], mask, causal: bool, scale: float) -> Value:
     """scale * q k^T (+ mask; causal: -inf above the diagonal) over [B*H, L, S] (`batch` is [B, H])."""
     scores = cx.b.mul(cx.b.batch_matmul(q, cx.transpose(k, (0, 2, 1))), cx.value(scale, q.dtype))
     length, source = scores.shape[1:]
     if mask is not None:
-        mask = cx.value(mask, q.dtype)
+        mask = cx.value(mask)
+        if mask.dtype is DType.bool:  # True where attention is allowed
+            mask = cx.b.where(mask, cx.value(0.0, q.dtype), cx.value(-math.inf, q.dtype))
+        mask = cx.cast(mask, q.dtype)
         if mask.type.rank > 2:  # per batch or head: laid out as the scores are
             mask = cx.reshape(cx.broadcast(mask, batch + (length, source)), scores.shape)
         scores = cx.b.add(scores, mask)
@@ -197,50 +208,197 @@ def _flat_heads(cx, *tensors: Value) -> list[Value]:
     return [cx.reshape(t, (math.prod(t.shape[:-2]),) + t.shape[-2:]) for t in tensors]
 
 
+def _scale(q: Value, scale) -> float:
+    return 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+
+
+def _no_dropout(dropout_p) -> None:
+    if dropout_p:
+        raise Unsupported(f"attention with dropout p={dropout_p} (random)")
+
+
+def _same_heads(q: Value, k: Value) -> None:
+    """Memory-efficient attention has no grouped-query form (its backward gives dk the query's heads)."""
+    if q.shape[-3] != k.shape[-3]:
+        raise Unsupported(f"memory-efficient attention with {q.shape[-3]} query heads and {k.shape[-3]} "
+                          "key/value heads")
+
+
+def _logsumexp(cx, q: Value, k: Value, mask, causal: bool, scale: float, wide: DType) -> Value:
+    """[B, H, L]: the logsumexp of each query row's scaled, masked scores, in `wide` (f32)."""
+    from .ops_nn import _repeat_heads
+
+    k = _repeat_heads(cx, k, q.shape[-3]) if q.type.rank >= 3 else k
+    flat_q, flat_k = _flat_heads(cx, cx.cast(q, wide), cx.cast(k, wide))
+    scores = _scores(cx, flat_q, flat_k, q.shape[:-2], mask, causal, scale)
+    top = cx.b.max(scores, axes=(2,), keepdims=True)
+    total = cx.b.sum(cx.b.exp(cx.b.sub(scores, top)), axes=(2,), keepdims=True)
+    return cx.reshape(cx.b.add(cx.b.log(total), top), q.shape[:-1])
+
+
+def _attention(cx, q, k, v, mask, causal: bool, scale) -> tuple[Value, Value, float]:
+    """(output, [B, H, L] f32 logsumexp, scale) of the fused attention forward ops."""
+    from .ops_nn import attention_values
+
+    q, k, v = cx.value(q), cx.value(k), cx.value(v)
+    scale = _scale(q, scale)
+    gqa = q.type.rank >= 3 and k.type.rank >= 3 and q.shape[-3] != k.shape[-3]
+    out = attention_values(cx, q, k, v, mask, causal=causal, scale=scale, enable_gqa=gqa)
+    # f32 statistics for f16/bf16 attention too, as torch keeps them
+    return out, _logsumexp(cx, q, k, mask, causal, scale, DType.f32), scale
+
+
+def _attention_grads(cx, grad, q, k, v, out, logsumexp: Value, mask, causal: bool, scale) -> tuple[Value, ...]:
+    """(dq, dk, dv, dscores) from the probabilities recomputed with the saved [B, H, L] logsumexp:
+    dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q; grouped-query
+    key/value heads sum the gradients of the query heads that share them. dscores ([B, H, L, S], the
+    gradient of the additive mask) is in the statistics' dtype (f32)."""
+    from .ops_nn import _repeat_heads
+
+    wide = logsumexp.dtype  # computed in the statistics' dtype (f32), the gradients cast back
+    q, k, v, grad, out = (cx.value(t) for t in (q, k, v, grad, out))
+    scale = _scale(q, scale)
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-2] != v.shape[:-2] or heads % kv_heads:
+        raise Unsupported(f"attention backward with query {q.shape}, key {k.shape}, value {v.shape}")
+    wide_k, wide_v = (_repeat_heads(cx, cx.cast(t, wide), heads) for t in (k, v))
+    flat_q, flat_k, flat_v, flat_grad, flat_out = _flat_heads(cx, cx.cast(q, wide), wide_k, wide_v,
+                                                              cx.cast(grad, wide), cx.cast(out, wide))
+    scores = _scores(cx, flat_q, flat_k, q.shape[:-2], mask, causal, scale)
+    probs = cx.b.exp(cx.b.sub(scores, cx.reshape(logsumexp, scores.shape[:2] + (1,))))
+    dv = cx.b.batch_matmul(cx.transpose(probs, (0, 2, 1)), flat_grad)
+    dprobs = cx.b.batch_matmul(flat_grad, cx.transpose(flat_v, (0, 2, 1)))
+    rows = cx.b.sum(cx.b.mul(flat_grad, flat_out), axes=(2,), keepdims=True)
+    dmask = cx.b.mul(probs, cx.b.sub(dprobs, rows))
+    dscores = cx.b.mul(dmask, cx.value(scale, wide))
+    dq = cx.b.batch_matmul(dscores, flat_k)
+    dk = cx.b.batch_matmul(cx.transpose(dscores, (0, 2, 1)), flat_q)
+
+    def kv_grad(d: Value, t: Value) -> Value:  # [B*H, S, D] -> t's shape, query heads per group summed
+        d = cx.reshape(d, t.shape[:-3] + (kv_heads, heads // kv_heads) + t.shape[-2:])
+        if heads != kv_heads:
+            d = cx.b.sum(d, axes=(t.type.rank - 2,), keepdims=False)
+        return cx.cast(cx.reshape(d, t.shape), t.dtype)
+
+    dmask = cx.reshape(dmask, q.shape[:-2] + scores.shape[1:])
+    return cx.cast(cx.reshape(dq, q.shape), q.dtype), kv_grad(dk, k), kv_grad(dv, v), dmask
+
+
+def _bias_grad(cx, dmask: Value, bias: Value) -> Value:
+    """The gradient of an additive attention bias: dS summed over the axes the bias broadcast along."""
+    rank = dmask.type.rank
+    shape = (1,) * (rank - bias.type.rank) + tuple(bias.shape)
+    axes = tuple(a for a in range(rank) if shape[a] == 1 and dmask.shape[a] != 1)
+    if axes:
+        dmask = cx.b.sum(dmask, axes=axes, keepdims=True)
+    return cx.cast(cx.reshape(dmask, bias.shape), bias.dtype)
+
+
+def _rng_state(cx, index: int, what: str):
+    """Result `index` (a random-number seed or offset, or the debug mask), which tilegraph does not
+    produce: an i64 zero where only the graph's output (saved for the backward) or an attention backward
+    reads it (with dropout p=0 they ignore it), else Missing, so that any other reader is reported."""
+    expected = cx.expected[index]
+    readers = [user for getter in cx.node.users
+               if getter.target is operator.getitem and getter.args[1] == index for user in getter.users]
+    harmless = all(user.op == "output" or getattr(getattr(user.target, "overloadpacket", None), "__name__", "")
+                   in _RNG_READERS for user in readers)
+    if harmless and expected.dtype is torch.int64:
+        return cx.b.constant(0, DType.i64, tuple(expected.shape))
+    return Missing(f"the {what} of fused attention ({str(expected.dtype).replace('torch.', '')} "
+                   f"{tuple(expected.shape)}), which tilegraph does not produce")
+
+
 @converts(A("_scaled_dot_product_flash_attention_for_cpu"))
 def flash_attention_cpu(cx, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     """(output, logsumexp of each query's scores): the fused attention op, and the statistic the
     backward reads (dead code unless the graph saves it)."""
-    from .ops_nn import attention_values
-
-    if dropout_p:
-        raise Unsupported(f"attention with dropout p={dropout_p} (random)")
-    q, k, v = cx.value(q), cx.value(k), cx.value(v)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    out = attention_values(cx, q, k, v, attn_mask, causal=is_causal, scale=scale)
-    wide = ir_dtype(cx.expected[1].dtype)  # f32 statistics for f16/bf16 attention too, as torch keeps them
-    flat_q, flat_k = _flat_heads(cx, cx.cast(q, wide), cx.cast(k, wide))
-    scores = _scores(cx, flat_q, flat_k, q.shape[:-2], attn_mask, is_causal, scale)
-    top = cx.b.max(scores, axes=(2,), keepdims=True)
-    total = cx.b.sum(cx.b.exp(cx.b.sub(scores, top)), axes=(2,), keepdims=True)
-    logsumexp = cx.b.add(cx.b.log(total), top)
-    return out, cx.reshape(logsumexp, tuple(cx.expected[1].shape))
+    _no_dropout(dropout_p)
+    out, logsumexp, _ = _attention(cx, q, k, v, attn_mask, is_causal, scale)
+    return out, logsumexp
 
 
 @converts(A("_scaled_dot_product_flash_attention_for_cpu_backward"))
 def flash_attention_cpu_backward(cx, grad_out, q, k, v, out, logsumexp, dropout_p=0.0, is_causal=False, *,
                                  attn_mask=None, scale=None):
-    """(dq, dk, dv) from the probabilities recomputed with the saved logsumexp: dV = P^T dO,
-    dS = P * (dO V^T - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q."""
-    if dropout_p:
-        raise Unsupported(f"attention with dropout p={dropout_p} (random)")
+    """(dq, dk, dv) from the probabilities recomputed with the saved logsumexp."""
+    _no_dropout(dropout_p)
+    return _attention_grads(cx, grad_out, q, k, v, out, cx.value(logsumexp), attn_mask, is_causal, scale)[:3]
+
+
+@converts(A("_scaled_dot_product_flash_attention"))
+def flash_attention(cx, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+    """CUDA's flash attention: (output, [B, H, L] logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+    rng_state, unused, debug_attn_mask); the last three are the random state and debug mask."""
+    _no_dropout(dropout_p)
+    out, logsumexp, _ = _attention(cx, q, k, v, None, is_causal, scale)
+    length, source = cx.expected[4], cx.expected[5]
+    return (out, logsumexp, None, None, length, source, _rng_state(cx, 6, "random-number state"),
+            _rng_state(cx, 7, "random-number offset"), _rng_state(cx, 8, "debug attention mask"))
+
+
+@converts(A("_scaled_dot_product_flash_attention_backward"))
+def flash_attention_backward(cx, grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+                             is_causal, philox_seed, philox_offset, *, scale=None):
+    """(dq, dk, dv) of CUDA's flash attention (the random state is not read: no dropout)."""
+    _no_dropout(dropout_p)
+    return _attention_grads(cx, grad_out, q, k, v, out, cx.value(logsumexp), None, is_causal, scale)[:3]
+
+
+@converts(A("_scaled_dot_product_efficient_attention"))
+def efficient_attention(cx, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
+    """CUDA's memory-efficient attention: (output, logsumexp, philox_seed, philox_offset); the logsumexp
+    is [B, H, L rounded up to 32] (+inf in the padding, as torch's kernel writes it), or empty."""
+    _no_dropout(dropout_p)
+    _same_heads(q, k)
+    out, logsumexp, _ = _attention(cx, q, k, v, attn_bias, is_causal, scale)
+    padded = cx.expected[1].shape[-1]
+    length = logsumexp.shape[-1]
+    if not compute_log_sumexp or padded == 0:
+        logsumexp = Missing("the logsumexp of memory-efficient attention called with compute_log_sumexp=False")
+    elif padded != length:
+        fill = cx.b.constant(math.inf, logsumexp.dtype, logsumexp.shape[:-1] + (padded - length,))
+        logsumexp = cx.b.concat(logsumexp, fill, axis=logsumexp.type.rank - 1)
+    return out, logsumexp, _rng_state(cx, 2, "philox seed"), _rng_state(cx, 3, "philox offset")
+
+
+@converts(A("_scaled_dot_product_efficient_attention_backward"))
+def efficient_attention_backward(cx, grad_out, q, k, v, attn_bias, out, logsumexp, philox_seed, philox_offset,
+                                 dropout_p, grad_input_mask, is_causal=False, *, scale=None):
+    """(dq, dk, dv, d attn_bias or None) of CUDA's memory-efficient attention; the saved logsumexp's
+    query padding is dropped."""
+    _no_dropout(dropout_p)
+    _same_heads(q, k)
     logsumexp = cx.value(logsumexp)
-    wide = logsumexp.dtype  # computed in the statistics' dtype (f32), the gradients cast back
-    q, k, v, grad, out = (cx.value(t) for t in (q, k, v, grad_out, out))
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise Unsupported("attention backward with different query and key/value heads")
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    dtypes = (q.dtype, k.dtype, v.dtype)
-    flat_q, flat_k, flat_v, flat_grad, flat_out = _flat_heads(cx, *(cx.cast(t, wide) for t in (q, k, v, grad, out)))
-    scores = _scores(cx, flat_q, flat_k, q.shape[:-2], attn_mask, is_causal, scale)
-    probs = cx.b.exp(cx.b.sub(scores, cx.reshape(logsumexp, scores.shape[:2] + (1,))))
-    dv = cx.b.batch_matmul(cx.transpose(probs, (0, 2, 1)), flat_grad)
-    dprobs = cx.b.batch_matmul(flat_grad, cx.transpose(flat_v, (0, 2, 1)))
-    rows = cx.b.sum(cx.b.mul(flat_grad, flat_out), axes=(2,), keepdims=True)
-    dscores = cx.b.mul(cx.b.mul(probs, cx.b.sub(dprobs, rows)), cx.value(scale, wide))
-    dq = cx.b.batch_matmul(dscores, flat_k)
-    dk = cx.b.batch_matmul(cx.transpose(dscores, (0, 2, 1)), flat_q)
-    return tuple(cx.cast(cx.reshape(d, t.shape), dtype) for d, t, dtype in zip((dq, dk, dv), (q, k, v), dtypes))
+    length = cx.value(q).shape[-2]
+    if logsumexp.shape[-1] != length:
+        rank = logsumexp.type.rank
+        logsumexp = cx.b.slice(logsumexp, start=(0,) * rank, stop=logsumexp.shape[:-1] + (length,), step=(1,) * rank)
+    dq, dk, dv, dmask = _attention_grads(cx, grad_out, q, k, v, out, logsumexp, attn_bias, is_causal, scale)
+    wants_bias = attn_bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3]
+    return dq, dk, dv, (_bias_grad(cx, dmask, cx.value(attn_bias)) if wants_bias else None)
+
+
+@converts(A("_scaled_dot_product_cudnn_attention"))
+def cudnn_attention(cx, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+                    return_debug_mask=False, *, scale=None):
+    """CUDA's cuDNN attention: (output, [B, H, L, 1] logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+    philox_seed, philox_offset, debug_attn_mask)."""
+    _no_dropout(dropout_p)
+    out, logsumexp, _ = _attention(cx, q, k, v, attn_bias, is_causal, scale)
+    logsumexp = cx.reshape(logsumexp, tuple(cx.expected[1].shape))
+    return (out, logsumexp, None, None, cx.expected[4], cx.expected[5], _rng_state(cx, 6, "philox seed"),
+            _rng_state(cx, 7, "philox offset"), None)
+
+
+@converts(A("_scaled_dot_product_cudnn_attention_backward"))
+def cudnn_attention_backward(cx, grad_out, q, k, v, out, logsumexp, philox_seed, philox_offset, attn_bias,
+                             cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, *, scale=None):
+    """(dq, dk, dv) of CUDA's cuDNN attention."""
+    _no_dropout(dropout_p)
+    logsumexp = cx.value(logsumexp)
+    logsumexp = cx.reshape(logsumexp, logsumexp.shape[:3])
+    return _attention_grads(cx, grad_out, q, k, v, out, logsumexp, attn_bias, is_causal, scale)[:3]
 
 
 # ----- statistics ------------------------------------------------------------------------------------
