@@ -1,5 +1,6 @@
 """Converters for the ATen backward ops that remain after core-ATen decomposition (training under
-torch.compile, `training.py`): convolution, max-pool and average-pool backward, and var_mean.
+torch.compile, `training.py`): convolution, max-pool and average-pool backward, var_mean, and torch's
+fused attention ops (CPU flash; CUDA flash, memory-efficient and cuDNN) forward and backward.
 
 The IR has no scatter, so each backward is written with ops it has:
 - convolution_backward: the input gradient is a stride-1 convolution of the output gradient, spread
@@ -307,6 +308,24 @@ def _rng_state(cx, index: int, what: str):
         return cx.b.constant(0, DType.i64, tuple(expected.shape))
     return Missing(f"the {what} of fused attention ({str(expected.dtype).replace('torch.', '')} "
                    f"{tuple(expected.shape)}), which tilegraph does not produce")
+
+
+def attention_backward_without_rng(op, rng: tuple, *args, **kwargs):
+    """`op` (a CUDA attention backward) with empty random state at the argument positions of `rng`
+    ((position, shape, dtype), ...): training.py calls this in place of the op where the forward ran
+    without dropout, so that the random state (uint64 for flash) is no graph input."""
+    args = list(args)
+    for position, shape, dtype in rng:
+        args[position] = torch.empty(shape, dtype=dtype, device=args[1].device)
+    return op(*args, **kwargs)
+
+
+@converts(attention_backward_without_rng)
+def _attention_backward_without_rng(cx, op, rng, *args, **kwargs):
+    """The backward op's own converter, with None for the random state (it reads none without dropout)."""
+    from .registry import function_converter
+
+    return function_converter(op)(cx, *args, **kwargs)
 
 
 @converts(A("_scaled_dot_product_flash_attention_for_cpu"))

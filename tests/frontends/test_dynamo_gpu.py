@@ -150,3 +150,56 @@ def test_an_autocast_region_runs_on_the_gpu_in_torchs_dtypes(graphs):
     assert got.device == x.device and got.dtype == want.dtype
     assert float((got.float() - want.float()).abs().max()) <= 5e-2 * max(float(want.float().abs().max()), 1.0)
     assert {g.target for g in graphs} == {"triton"}
+
+
+class AttentionBlock(torch.nn.Module):
+    """A pre-norm causal transformer block with torch's fused attention (flash for f16/bf16 on CUDA,
+    memory-efficient for f32), so AOTAutograd's graphs hold CUDA's attention ops and their backwards."""
+
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, n, d))
+        return x + self.mlp(self.norm2(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_training_with_fused_attention_gives_eagers_gradients(graphs, monkeypatch, dtype):
+    """Training (AOTAutograd) with CUDA's fused attention: both graphs compile (no eager fallback), hold
+    the attention op and its backward, and give eager's loss and gradients."""
+    import copy
+
+    from tilegraph.frontends.fx import training
+
+    aten_graphs = []
+    original = training.TilegraphGraph
+
+    def recording(gm, example_inputs, options=None):
+        aten_graphs.append(gm)
+        return original(gm, example_inputs, options)
+
+    monkeypatch.setattr(training, "TilegraphGraph", recording)
+    torch.manual_seed(0)
+    model = AttentionBlock().to("cuda", dtype)
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 16, 64, device="cuda", dtype=dtype)
+    loss = compiled(model, graphs)(x).float().square().mean()
+    loss.backward()
+    want = reference(x).float().square().mean()
+    want.backward()
+    assert len(aten_graphs) == 2
+    assert all(any("scaled_dot_product" in str(n.target) for n in gm.graph.nodes) for gm in aten_graphs)
+    tolerance = {torch.float32: 1e-3, torch.bfloat16: 5e-2}[dtype]
+    assert abs(float(loss) - float(want)) <= tolerance * max(abs(float(want)), 1.0)
+    for (path, p), q in zip(model.named_parameters(), reference.parameters()):
+        scale = max(float(q.grad.float().abs().max()), 1e-3)
+        error = float((p.grad.float() - q.grad.float()).abs().max())
+        assert error <= tolerance * scale, f"gradient of {path}: {error} (scale {scale})"

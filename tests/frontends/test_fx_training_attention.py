@@ -258,3 +258,54 @@ def test_cuda_attention_ops_are_not_decomposed():
                  "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"):
         if hasattr(aten, name):
             assert getattr(aten, name).default not in table
+
+
+# ----- AOTAutograd's graphs of a CUDA attention op: the random state stays out of the compiled graphs ----
+def aot_graphs(fn, *inputs):
+    """The forward and backward graphs AOTAutograd makes for `fn` (traced on fake tensors)."""
+    from functorch.compile import aot_function, make_boxed_func
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fakes = [mode.from_tensor(x).requires_grad_() for x in inputs]
+        aot_function(fn, capture, capture, decompositions=training.decompositions())(*fakes).sum().backward()
+    return graphs
+
+
+def call_converted(gm, args):
+    """`gm` converted (shapes from AOTAutograd's fake values) and run on the reference backend."""
+    for node in gm.graph.nodes:
+        if "val" in node.meta:
+            node.meta["example_value"] = node.meta["val"]
+    conversion = convert_graph_module(gm, args)
+    results = run(conversion.graph, [to_numpy(args[i]) for i in conversion.input_positions])
+    return [torch.from_numpy(np.asarray(results[leaf])) if isinstance(leaf, int) else leaf[1]
+            for leaf in conversion.output_leaves]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_aot_graphs_train_without_the_random_state(op):
+    """The forward graph returns None for the random state it saves (the runtime fills in an empty tensor),
+    the backward graph no longer takes it: both convert, and the gradients are math attention's."""
+    q, k, v, causal, scale = inputs("causal", seed=4)
+    fn = forward(op, causal, scale)
+    forward_graph, backward_graph = aot_graphs(lambda q, k, v: fn(q, k, v)[0], q, k, v)
+    dropped = training.forward_without_rng(forward_graph)
+    removed = training.backward_without_rng(backward_graph)
+    assert len(dropped) == 2 and len(removed) == 2
+    results = call_converted(forward_graph, [q, k, v])
+    assert [results[i] for i, _ in dropped] == [None, None]
+    out, leaves = reference_attention(q, k, v, causal, scale)
+    close(results[0].numpy(), out.float())
+    grad = torch.randn(out.shape)
+    saved = [r for i, r in enumerate(results[1:], 1) if i not in dict(dropped)]
+    grads = call_converted(backward_graph, saved + [grad])
+    out.backward(grad.double())
+    for g, leaf in zip(grads, leaves):
+        close(g.numpy(), leaf.grad.float(), 2e-4)
