@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Union
 
 import numpy as np
-from scipy import special
 
 from .types import DType, to_dtype
 
@@ -133,6 +132,8 @@ ScalarExpr = Union[Arg, Acc, Index, Const, Call, Cast]
 
 
 def _erf(x):
+    from scipy import special  # here, not at import: scipy.special costs 0.2 s to import
+
     return special.erf(x).astype(np.result_type(x), copy=False) if isinstance(x, np.ndarray) else special.erf(x)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ortools.sat.python import cp_model
+from tilegraph.passes.lazy import cp_model
 
 from .cpsat import SolverConfig, configure, size_unit
 from .problem import MemoryProblem

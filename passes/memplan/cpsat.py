@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ortools.sat.python import cp_model
+from tilegraph.passes.lazy import cp_model
 
 from .problem import MemoryProblem
 from .solution import Solution, Timeline, store_cost
@@ -50,18 +50,21 @@ class ModelResult:
     wall: float
 
 
-_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
-           cp_model.MODEL_INVALID: "invalid", cp_model.UNKNOWN: "unknown"}
+def status_name(status: int) -> str:
+    """CP-SAT's status code in words."""
+    return {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
+            cp_model.MODEL_INVALID: "invalid"}.get(status, "unknown")
 
 
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, report, scale: int, const: int) -> None:
-        super().__init__()
-        self.report, self.scale, self.const = report, scale, const
+def progress_callback(report, scale: int, const: int):
+    """A CP-SAT solution callback calling `report(objective, bound)` in bytes (`scale` per unit, plus `const`)."""
 
-    def on_solution_callback(self) -> None:
-        self.report(int(round(self.ObjectiveValue())) * self.scale + self.const,
-                    int(math.ceil(self.BestObjectiveBound() - 1e-6)) * self.scale + self.const)
+    class Progress(cp_model.CpSolverSolutionCallback):  # a subclass of a lazily imported class: made on use
+        def on_solution_callback(self) -> None:
+            report(int(round(self.ObjectiveValue())) * scale + const,
+                   int(math.ceil(self.BestObjectiveBound() - 1e-6)) * scale + const)
+
+    return Progress()
 
 
 def size_unit(problem: MemoryProblem) -> int:
@@ -110,7 +113,7 @@ class _Model:
     """The CP-SAT model under construction and the handles that the later phases read (mutable: each
     tensor adds its variables, terms and rectangles in turn)."""
 
-    model: cp_model.CpModel = field(default_factory=cp_model.CpModel)
+    model: cp_model.CpModel = field(default_factory=lambda: cp_model.CpModel())
     objective: list[tuple[int, cp_model.IntVar]] = field(default_factory=list)  # (coef, literal): coef * literal
     const: int = 0  # traffic, in units, that no decision changes
     per_step: dict[int, list[tuple[int, cp_model.IntVar | None]]] = field(
@@ -141,7 +144,7 @@ def solve_fixed(problem: MemoryProblem, order: tuple[int, ...], capacity: int, *
     _add_hints(frame, built, hint_keep)
     solver, status = _run(frame, built, time_limit, config, progress)
     wall = time.perf_counter() - start_time
-    name = _STATUS.get(status, "unknown")
+    name = status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ModelResult(name, None, None, None, lower_bound, wall)
     objective_bytes, bound = _traffic_and_bound(frame, built, solver, status)
@@ -326,7 +329,7 @@ def _run(f: _Frame, m: _Model, time_limit: float, config: SolverConfig,
     solver = cp_model.CpSolver()
     configure(solver, time_limit, config)
     if progress is not None and m.objective:
-        status = solver.Solve(m.model, _Progress(progress, f.g, m.const * f.g))
+        status = solver.Solve(m.model, progress_callback(progress, f.g, m.const * f.g))
     else:
         status = solver.Solve(m.model)
     return solver, status

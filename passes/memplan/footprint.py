@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from ortools.sat.python import cp_model
+from tilegraph.passes.lazy import cp_model
 
 from tilegraph.ir.memory_plan import MemoryPlan
 

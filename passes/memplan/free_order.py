@@ -11,10 +11,10 @@ import math
 import time
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
+from tilegraph.passes.lazy import cp_model
 
 from .bounds import _bitsets
-from .cpsat import _STATUS, SolverConfig, _Progress, configure, size_unit
+from .cpsat import SolverConfig, configure, progress_callback, size_unit, status_name
 from .problem import MemoryProblem, TensorKind
 from .solution import Solution, Timeline, store_cost
 
@@ -152,7 +152,7 @@ def solve_free_order(problem: MemoryProblem, capacity: int, *, hint: Solution | 
     configure(solver, time_limit, config)
     _broad_portfolio(solver, config, K)
     if progress is not None:
-        status = solver.Solve(model, _Progress(progress, g, tensors.const * g))
+        status = solver.Solve(model, progress_callback(progress, g, tensors.const * g))
     else:
         status = solver.Solve(model)
     wall = time.perf_counter() - start_time
@@ -284,7 +284,7 @@ def _result(problem: MemoryProblem, solver: cp_model.CpSolver, status: int, d: l
     solution, CP-SAT's bound where it holds for every order."""
     K = T = problem.num_kernels
     const = tensors.const
-    name = _STATUS.get(status, "unknown")
+    name = status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = max(lower_bound, (int(math.ceil(solver.BestObjectiveBound() - 1e-6)) + const) * g) \
             if name == "unknown" and band is None else lower_bound

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ortools.sat.python import cp_model
+from tilegraph.passes.lazy import cp_model
 
 from .bounds import _bitsets, cover_rows, forced_live
 from .cpsat import SolverConfig, configure, size_unit

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
+from tilegraph.passes.lazy import cp_model
 
 from .problem import PlacementProblem, Schedule, make_schedule
 
@@ -302,15 +302,15 @@ class _Builder:
         return make_schedule(pb, device, start, transfers, method, params)
 
 
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, fn: Callable[[str, int, int, float], None] | None, method: str) -> None:
-        super().__init__()
-        self.fn, self.method, self.t0 = fn, method, time.monotonic()
+def _progress(fn: Callable[[str, int, int, float], None], method: str):
+    """A CP-SAT solution callback calling `fn(method, makespan, bound, seconds)`."""
+    t0 = time.monotonic()
 
-    def on_solution_callback(self) -> None:
-        if self.fn is not None:
-            self.fn(self.method, int(self.ObjectiveValue()), int(self.BestObjectiveBound()),
-                    time.monotonic() - self.t0)
+    class Progress(cp_model.CpSolverSolutionCallback):  # a subclass of a lazily imported class: made on use
+        def on_solution_callback(self) -> None:
+            fn(method, int(self.ObjectiveValue()), int(self.BestObjectiveBound()), time.monotonic() - t0)
+
+    return Progress()
 
 
 def solve_cpsat(pb: PlacementProblem, time_limit: float, hint: Schedule | None = None, lower_bound: int = 0,
@@ -358,7 +358,7 @@ def solve_cpsat(pb: PlacementProblem, time_limit: float, hint: Schedule | None =
         # the bound) and the neighbourhood searches found better schedules on 50-150 tasks.
         prm.ignore_subsolvers.extend(_SLOW_SUBSOLVERS)
     t1 = time.monotonic()
-    status = solver.Solve(md, _Progress(progress, method) if progress else None)
+    status = solver.Solve(md, _progress(progress, method) if progress else None)
     name = solver.StatusName(status)
     wall = time.monotonic() - t0
     wall_limited = status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and \

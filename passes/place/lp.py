@@ -23,7 +23,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from ortools.linear_solver import pywraplp
+from tilegraph.passes.lazy import pywraplp
 
 from .paths import heads, tails
 from .problem import PlacementProblem
