@@ -144,18 +144,28 @@ def _touched(access: Access, extents: list[int]) -> int:
     expression takes (1 where there are too many loop points to list), multiplied (an op never
     indexes two axes by one loop)."""
     count = 1
-    for expr, size in zip(access.map.exprs, access.value.type.shape):
-        terms = [(extents[loop], coeff) for loop, coeff in expr.terms if extents[loop] > 1]
-        if math.prod(e for e, _ in terms) > MAX_POINTS:
-            continue
-        values = np.full((1,) * max(1, len(terms)), expr.const, dtype=np.int64)
-        for k, (extent, coeff) in enumerate(terms):
-            shape = [1] * len(terms)
-            shape[k] = extent
-            values = values + coeff * np.arange(extent).reshape(shape)
-        values = np.unique(values)
-        count *= int(np.count_nonzero((values >= 0) & (values < size)))
+    for axis in range(len(access.map.exprs)):
+        values = axis_indices(access, axis, extents)
+        if values is not None:
+            count *= len(values)
     return count
+
+
+def axis_indices(access: Access, axis: int, extents: list[int]) -> np.ndarray | None:
+    """The in-range indices of `axis` the access takes over the loop domain, sorted (None: too many
+    loop points to list)."""
+    expr = access.map.exprs[axis]
+    size = access.value.type.shape[axis]
+    terms = [(extents[loop], coeff) for loop, coeff in expr.terms if extents[loop] > 1]
+    if math.prod(e for e, _ in terms) > MAX_POINTS:
+        return None
+    values = np.full((1,) * max(1, len(terms)), expr.const, dtype=np.int64)
+    for k, (extent, coeff) in enumerate(terms):
+        shape = [1] * len(terms)
+        shape[k] = extent
+        values = values + coeff * np.arange(extent).reshape(shape)
+    values = np.unique(values)
+    return values[(values >= 0) & (values < size)]
 
 
 def read_at_least(kernel: Kernel) -> dict[str, int]:

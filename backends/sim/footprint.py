@@ -14,24 +14,7 @@ import numpy as np
 
 from tilegraph.ir.domain import Access
 from tilegraph.ir.program import Program
-
-MAX_POINTS = 1 << 21  # beyond this many loop points an axis is taken as read whole
-
-
-def axis_indices(access: Access, axis: int, extents: list[int]) -> np.ndarray | None:
-    """The indices of `axis` the access takes over the loop domain (None: all of them)."""
-    expr = access.map.exprs[axis]
-    size = access.value.type.shape[axis]
-    terms = [(extents[loop], coeff) for loop, coeff in expr.terms if extents[loop] > 1]
-    if math.prod(e for e, _ in terms) > MAX_POINTS:
-        return None
-    values = np.full((1,) * max(1, len(terms)), expr.const, dtype=np.int64)
-    for k, (extent, coeff) in enumerate(terms):
-        shape = [1] * len(terms)
-        shape[k] = extent
-        values = values + coeff * np.arange(extent).reshape(shape)
-    values = np.unique(values)
-    return values[(values >= 0) & (values < size)]
+from tilegraph.ir.stream_traffic import axis_indices
 
 
 def read_bytes(program: Program) -> dict[str, int]:
