@@ -169,14 +169,16 @@ class Runner:
         self.program = program  # a tilegraph CompiledProgram
         self._state = [args[p] for p in conversion.state_positions]
         self._versions = [t._version for t in self._state]
+        self._storage = [t.data_ptr() for t in self._state]  # `.data = ...` swaps storage, bumping no version
         self._positions = conversion.input_positions
         self._leaves = conversion.output_leaves
         self._spec = conversion.output_spec
 
     def current(self, args: Sequence[Any]) -> bool:
-        """Whether the weights are the tensors it was converted with, not updated in place since."""
-        return all(args[p] is t and t._version == v
-                   for p, t, v in zip(self.conversion.state_positions, self._state, self._versions))
+        """Whether the weights are the tensors it was converted with, not updated in place or given
+        new storage (`.data = ...`) since."""
+        return all(args[p] is t and t._version == v and t.data_ptr() == d for p, t, v, d in
+                   zip(self.conversion.state_positions, self._state, self._versions, self._storage))
 
     def __call__(self, args: Sequence[Any]) -> Any:
         tensors = self.run([args[p] for p in self._positions])

@@ -125,6 +125,17 @@ def test_weights_updated_in_place_are_seen(graphs):
         assert close(fn(x), model(x))
 
 
+def test_weights_given_new_storage_are_seen_after_cuda_graph_capture(graphs):
+    """`.data = ...` bumps no version: the replayed CUDA graph would read the old storage."""
+    model = mlp()
+    fn = compiled(model, graphs)
+    x = torch.randn(16, 64, device="cuda")
+    with torch.no_grad():
+        fn(x), fn(x), fn(x)
+        model[0].weight.data = torch.randn_like(model[0].weight)
+        assert close(fn(x), model(x))
+
+
 def test_a_small_transformer_runs_on_the_gpu(graphs):
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, use_cache=False)

@@ -290,6 +290,22 @@ def test_in_place_weight_updates_are_seen_by_the_next_call(target, graphs):
     assert all(g.target == target for g in graphs)
 
 
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_weights_given_new_storage_are_seen_by_the_next_call(target, graphs):
+    """`.data = ...` bumps no version counter (the old storage stays alive in what was bound): the
+    storage itself is compared, so folded copies (transposed weights) are rebuilt too."""
+    model, x = mlp(), torch.randn(3, 8)
+    fn = compiled(model, target=target)
+    before = run(fn, x)
+    with torch.no_grad():
+        model[0].weight.data = torch.randn_like(model[0].weight)
+        model[2].bias.data = model[2].bias * -2
+        want = model(x)
+    got = run(fn, x)
+    assert_matches(got, want)
+    assert float((got - before).abs().max()) > 1e-3, "the update changes the output"
+
+
 class Scaled(nn.Module):
     def __init__(self):
         super().__init__()
