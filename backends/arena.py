@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel, Program
-from tilegraph.ir.types import TensorType
+from tilegraph.ir.types import DType, TensorType
 
 ALIGN = 64
 
@@ -57,6 +57,7 @@ class Arena:
     far_size: int = 0
     copies: tuple[Copy, ...] = ()
     streamed: frozenset[Value] = frozenset()
+    refused: str = ""  # why a memory plan was not executed, when there was one
 
     @property
     def total(self) -> int:
@@ -136,12 +137,12 @@ def plan_arena(program: Program, kernels: Sequence[Kernel], size_of: SizeOf = na
     values = arena_values(program, kernels, exclude)
     life = lifetimes(kernels, values)
     plan = program.memory_plan
-    source = "liveness"
+    source, refused = "liveness", ""
     if plan is not None and copies:
         executed = execute_plan(plan, kernels, values, life, size_of)
         if isinstance(executed, Arena):
             return executed
-        source = f"liveness (memory plan {executed})"
+        source, refused = f"liveness (memory plan {executed})", f"the plan {executed}"
     offsets = None
     if plan is not None and not copies:
         offsets = _from_memory_plan(plan, values, life, size_of)
@@ -149,7 +150,7 @@ def plan_arena(program: Program, kernels: Sequence[Kernel], size_of: SizeOf = na
     if offsets is None:
         offsets = first_fit(values, life, size_of)
     size = max((o + align(max(size_of(v.type), 1)) for v, o in offsets.items()), default=0)
-    return Arena(offsets, size, source)
+    return Arena(offsets, size, source, refused=refused)
 
 
 def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life: dict[Value, tuple[int, int]],
@@ -191,7 +192,8 @@ def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life:
             if r.offset % ALIGN:
                 return f"puts %{v.name} at offset {r.offset}, not a multiple of {ALIGN} (plan with memplan{{align={ALIGN}}})"
             if size_of(v.type) > r.size:
-                return f"gives %{v.name} {r.size} B; this backend stores it in {size_of(v.type)} B"
+                wide = " (bf16 held in 4-byte floats)" if v.type.dtype is DType.bf16 else ""
+                return f"gives %{v.name} {r.size} B; this backend stores it in {size_of(v.type)} B{wide}"
         offsets[v] = stays[0].offset
         stay_at = {r.start: r for r in stays}
         for e in events_of.get(v.name, ()):

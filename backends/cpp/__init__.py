@@ -61,8 +61,8 @@ def require_executed_plan(program: Program, generated: Generated) -> None:
     if program.memory_plan is None:
         raise TilegraphError("cpp backend: no memory plan to execute (add memplan to the pipeline, or use "
                              "--memory-limit)")
-    if not arena.source.startswith("memory plan"):
-        raise TilegraphError(f"cpp backend: cannot execute the memory plan: {arena.source}")
+    if arena.refused:
+        raise TilegraphError(f"cpp backend: cannot execute the memory plan: {arena.refused}")
 
 
 def write_build(compiled: NativeProgram, directory: str | Path) -> list[Path]:

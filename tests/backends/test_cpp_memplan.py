@@ -151,6 +151,14 @@ def test_the_memory_limit_is_checked_and_explained():
         tilegraph.compile(graph, target="cpp", memory_limit=64)
 
 
+def test_a_plan_the_backend_cannot_keep_is_refused_with_the_reason():
+    b = GraphBuilder("wide")
+    x, w = b.input("x", "bf16[64, 64]"), b.param("w", "bf16[64, 64]")
+    graph = b.output(b.relu(b.matmul(b.relu(b.matmul(x, w)), w)))
+    with pytest.raises(TilegraphError, match=r"gives %\S+ 8192 B; this backend stores it in 16384 B \(bf16"):
+        tilegraph.compile(graph, target="cpp", memory_limit="64KiB")
+
+
 def test_the_library_allocates_nothing_on_the_call_path():
     graph = parse_file(str(EXAMPLES / "lenet.tg"))
     fn, _ = limited(graph, "64KiB")
