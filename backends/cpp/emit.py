@@ -297,26 +297,17 @@ class KernelEmitter(RegisterBlocks):
         with code.block():
             code.line(f"// {', '.join(domain.nodes[j].op for j in chain)}")
             depth = self._loops(code, [(f"i{k}", *ranges[k], 1) for k in self._order(chain[0], list(ranges))])
+            def operand(n: int, m: int, value: Value, j: int) -> str:  # read where the node needs it
+                text = self.buffers[value].element(domain.compose_map(j, domain.spaces[j].inputs[m]), var,
+                                                   self.extents)
+                code.line(f"const {compute_type(value.type.dtype, domain.nodes[j].op)} a{n}_{m} = {text};")
+                return f"a{n}_{m}"
+
+            def lvalue(value: Value, j: int) -> str:
+                return self.buffers[value].lvalue(domain.compose_map(j, domain.spaces[j].outputs[0]), var)
+
             with code.block():
-                value, name = None, None
-                for n, j in enumerate(chain):
-                    node, space = domain.nodes[j], domain.spaces[j]
-                    names = []
-                    for m, (operand, amap) in enumerate(zip(node.inputs, space.inputs)):
-                        if operand is value:
-                            names.append(name)
-                            continue
-                        text = self.buffers[operand].element(domain.compose_map(j, amap), var, self.extents)
-                        code.line(f"const {compute_type(operand.type.dtype, node.op)} a{n}_{m} = {text};")
-                        names.append(f"a{n}_{m}")
-                    value = node.results[0]
-                    expr = scalar_expr(space.body[0], names, value.type.dtype, self._index_fn(j, var), op=node.op)
-                    if n + 1 < len(chain):
-                        name = f"e{n}"
-                        code.line(f"const float {name} = {expr};  // {node.op}")
-                    else:
-                        lvalue = self.buffers[value].lvalue(domain.compose_map(j, space.outputs[0]), var)
-                        code.line(f"{lvalue} = {store(value, expr)};  // {node.op}")
+                self.chain_values(code, chain, (None, None), var, operand, lvalue)
             self._close(code, depth)
 
     def _reduction_nest(self, code: Code, loops: Sequence[int], looped: list[int]) -> None:

@@ -497,19 +497,31 @@ class RegisterBlocks(FlatRows):
         with code.block(head):
             for line in per_point:
                 code.line(line)
-            previous, name = domain.nodes[i].results[0], acc
-            for n, j in enumerate(chain):
-                node, space = domain.nodes[j], domain.spaces[j]
-                names = [name if operand is previous else f"a{n}_{m}" for m, operand in enumerate(node.inputs)]
-                previous = node.results[0]
-                expr = scalar_expr(space.body[0], names, previous.type.dtype, self._index_fn(j, var), op=node.op)
-                if n + 1 < len(chain):
-                    name = f"e{n}"
-                    code.line(f"const float {name} = {expr};  // {node.op}")
-                else:
-                    cmap = domain.compose_map(j, space.outputs[0])
-                    buf = self.buffers[previous]
-                    code.line(f"{buf.lvalue(cmap, point_var(buf, cmap))} = {store(previous, expr)};  // {node.op}")
+            def lvalue(value: Value, j: int) -> str:
+                cmap = domain.compose_map(j, domain.spaces[j].outputs[0])
+                return self.buffers[value].lvalue(cmap, point_var(self.buffers[value], cmap))
+
+            self.chain_values(code, chain, (domain.nodes[i].results[0], acc), var,
+                              lambda n, m, operand, j: f"a{n}_{m}", lvalue)
+
+    def chain_values(self, code: Code, chain: tuple[int, ...], first: tuple[Value | None, str | None], var: Var,
+                     operand: Callable[[int, int, Value, int], str], lvalue: Callable[[Value, int], str]) -> None:
+        """An elementwise run (`plan_chains`) in registers: node n's expression reads the value before
+        it (`first`: the value the run starts from and its C name) and its other operands by the names
+        `operand(n, m, value, j)` gives (which may emit their reads); each result is `const float e<n>`
+        but the last, stored at `lvalue(value, j)`."""
+        domain = self.domain
+        previous, name = first
+        for n, j in enumerate(chain):
+            node, space = domain.nodes[j], domain.spaces[j]
+            names = [name if value is previous else operand(n, m, value, j) for m, value in enumerate(node.inputs)]
+            previous = node.results[0]
+            expr = scalar_expr(space.body[0], names, previous.type.dtype, self._index_fn(j, var), op=node.op)
+            if n + 1 < len(chain):
+                name = f"e{n}"
+                code.line(f"const float {name} = {expr};  // {node.op}")
+            else:
+                code.line(f"{lvalue(previous, j)} = {store(previous, expr)};  // {node.op}")
 
     def _read(self, buf, cmap: AffineMap, var: Var, checked: bool) -> str:
         """The element `buf` holds at `cmap`: padded reads checked, or not (the caller knows
