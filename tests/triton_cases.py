@@ -68,14 +68,15 @@ def check_random(data, max_nodes: int = 6) -> None:
     check(graph, inputs, tiny=True)
 
 
-def check(graph, inputs=None, tiny: bool = False) -> tgt.TritonProgram:
-    """Build for the GPU target's tiles (or TINY's) and compare with the reference on the same params."""
+def check(graph, inputs=None, tiny: bool = False, **options) -> tgt.TritonProgram:
+    """Build for the GPU target's tiles (or TINY's), with the build `options`, and compare with the
+    reference on the same params."""
     inputs = reference.random_inputs(graph) if inputs is None else inputs
     if tiny:
         program = tiny_program(graph)
-        fn = tgt.build(program, reference.random_params(program.graph))
+        fn = tgt.build(program, reference.random_params(program.graph), **options)
     else:
-        fn = tilegraph.compile(graph, target="triton")
+        fn = tilegraph.compile(graph, target="triton", **options)
     params = {v.name: a for v, a in fn.params.items()}
     want = reference.run(graph, inputs, params={k: v for k, v in params.items()
                                                 if k in {p.name for p in graph.params}})

@@ -24,7 +24,7 @@ from .kernel import KernelSource, emit_kernel
 from .module import GeneratedModule, generate
 from .names import mangle
 from .options import TritonOptions
-from .runtime import TritonProgram
+from .runtime import TritonProgram, _interpreting
 
 def build(program: Program, params: Mapping, *, device: str | None = None, autotune: bool = True,
           aot_arch: int | None = None, tf32: bool | None = None, options: TritonOptions | dict | None = None
@@ -36,10 +36,11 @@ def build(program: Program, params: Mapping, *, device: str | None = None, autot
     `aot_arch`: also compile every kernel for CUDA sm_<aot_arch> (no GPU needed) and report its
     shared memory, registers and spills;
     `tf32` / `options`: the precision of f32 matmuls and convolutions (`TritonOptions`; default:
-    what torch's flags say when the program is built).
+    what torch would do on the device when the program is built: its flags on CUDA, IEEE elsewhere).
     """
+    runs_on = device or ("cpu" if _interpreting() else "cuda")  # torch uses TF32 on CUDA devices only
     compiled = TritonProgram(program, params, device=device, autotune_=autotune,
-                             options=TritonOptions.resolve(tf32, options))
+                             options=TritonOptions.resolve(tf32, options, runs_on))
     if aot_arch is not None:
         compiled.compile_ahead(aot_arch)
     return compiled

@@ -32,9 +32,12 @@ class TritonOptions:
     conv_tf32: bool = TORCH_DEFAULT_CONV_TF32
 
     @staticmethod
-    def from_torch() -> TritonOptions:
-        """The precision torch would use now (its defaults when torch is not imported: reading the
-        flags never imports torch)."""
+    def from_torch(device: str | None = None) -> TritonOptions:
+        """The precision torch would use now for products on `device` (None: a CUDA device). Off
+        CUDA (the Triton interpreter's CPU tensors) torch never uses TF32: IEEE. Without torch
+        imported, its defaults (reading the flags never imports torch)."""
+        if device is not None and not str(device).startswith("cuda"):
+            return TritonOptions(matmul_tf32=False, conv_tf32=False)
         torch = sys.modules.get("torch")
         if torch is None or not hasattr(torch, "backends"):
             return TritonOptions()
@@ -44,9 +47,10 @@ class TritonOptions:
                                  conv_tf32=bool(torch.backends.cudnn.allow_tf32))
 
     @staticmethod
-    def resolve(tf32: bool | None = None, options: TritonOptions | dict | None = None) -> TritonOptions:
+    def resolve(tf32: bool | None = None, options: TritonOptions | dict | None = None,
+                device: str | None = None) -> TritonOptions:
         """Options for a build: `options` as given (a TritonOptions, or a dict of its fields and/or
-        "tf32"), `tf32` for both kinds of product, else torch's flags now."""
+        "tf32"), `tf32` for both kinds of product, else what torch would do now on `device`."""
         if isinstance(options, TritonOptions):
             base = options
         else:
@@ -57,7 +61,7 @@ class TritonOptions:
             if unknown:
                 raise TilegraphError(f"unknown Triton build option(s) {sorted(unknown)}: known are tf32, "
                                      "matmul_tf32, conv_tf32")
-            base = TritonOptions(**{**TritonOptions.from_torch().__dict__, **fields})
+            base = TritonOptions(**{**TritonOptions.from_torch(device).__dict__, **fields})
         if tf32 is not None:
             if not isinstance(tf32, bool):
                 raise TilegraphError(f"the Triton option tf32 takes True or False, got {tf32!r}")

@@ -69,11 +69,21 @@ def test_half_precision_dots_name_no_precision():
 def test_a_build_reads_torchs_flags(flags, matmul, conv):
     flags(matmul, conv)
     assert TritonOptions.from_torch() == TritonOptions(matmul_tf32=matmul, conv_tf32=conv)
-    fn = tilegraph.compile(parse(MIXED), target="triton")
+    fn = tilegraph.compile(parse(MIXED), target="triton", device="cuda")
     assert fn.source.count('input_precision="tf32"') == matmul + conv
     assert fn.source.count('input_precision="ieee"') == (not matmul) + (not conv)
-    again = tilegraph.compile(parse(MIXED), target="triton")
+    again = tilegraph.compile(parse(MIXED), target="triton", device="cuda")
     assert again.source == fn.source, "same Program and options: the same source"
+
+
+def test_products_off_cuda_are_ieee_as_torch_computes_them_there(flags):
+    """The interpreter runs CPU tensors, where torch never uses TF32: a tiny MobileNetV2 drifted 40%
+    from eager through its TF32 convolutions."""
+    flags(True, True)
+    assert TritonOptions.from_torch("cpu") == TritonOptions(False, False)
+    fn = tilegraph.compile(parse(MIXED), target="triton")  # no device: the interpreter's CPU
+    assert 'input_precision="tf32"' not in fn.source and fn.source.count('input_precision="ieee"') == 2
+    assert tilegraph.compile(parse(MIXED), target="triton", tf32=True).source.count('input_precision="tf32"') == 2
 
 
 def test_torchs_defaults_without_torch_flags_changed():
@@ -100,12 +110,12 @@ LONG_K = """def f(a: f32[32, 1024], b: f32[1024, 32]) -> f32[32, 32] { return a 
 
 
 @pytest.mark.parametrize("tf32", [False, True])
-def test_interpreter_numerics_follow_the_precision(flags, tf32):
+def test_interpreter_numerics_follow_the_precision(tf32):
     """TF32 keeps 10 mantissa bits of each operand: errors near 1e-3 of the scale, where IEEE f32 gives
-    ~1e-6; the tolerance a test uses follows (TF32_TOLERANCE only where the source multiplies in TF32)."""
-    flags(tf32, tf32)
+    ~1e-6; the tolerance a test uses follows (TF32_TOLERANCE only where the source multiplies in TF32).
+    Asked for explicitly: off CUDA, torch's flags never choose TF32."""
     graph = parse(LONG_K)
-    fn = check(graph)  # the tolerance in force
+    fn = check(graph, tf32=tf32)  # the tolerance in force
     assert precision_in_force(fn) == (TF32_TOLERANCE if tf32 else 0.0)
     a, b = (np.random.default_rng(i).standard_normal(s).astype(np.float32) for i, s in ((0, (32, 1024)),
                                                                                        (1, (1024, 32))))
