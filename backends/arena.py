@@ -68,6 +68,11 @@ class Arena:
     def far_base(self) -> int:
         return align(self.size) if self.far_size else self.size
 
+    @property
+    def end(self) -> int:
+        """The aligned end of the arena and the far pool: where a backend's own working memory may follow."""
+        return align(self.total)
+
 
 def align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
@@ -196,24 +201,25 @@ def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life:
                 return f"gives %{v.name} {r.size} B; this backend stores it in {size_of(v.type)} B{wide}"
         offsets[v] = stays[0].offset
         stay_at = {r.start: r for r in stays}
+        mine = []  # this tensor's copies: (position, kind, arena offset)
         for e in events_of.get(v.name, ()):
             if e.kind == "load":
-                moves.append((before(e.step), "load", v, stay_at[e.step].offset))
+                mine.append((before(e.step), "load", stay_at[e.step].offset))
             else:
                 covering = next(r for r in stays if r.start <= e.step <= r.end)
-                moves.append((after(e.step), "store", v, covering.offset))
-        spilled = [p for p, _, w, _ in moves if w is v]  # this tensor's copies
-        if spilled:
-            far_life[v] = (min(spilled), max(spilled))
+                mine.append((after(e.step), "store", covering.offset))
+        if mine:
+            moves += [(p, kind, v, near) for p, kind, near in mine]
+            far_life[v] = (min(p for p, _, _ in mine), max(p for p, _, _ in mine))
     # largest first (TFLite Micro's greedy-by-size): big streamed tensors in a chain share bytes
     far = first_fit(sorted(far_life, key=lambda v: (-size_of(v.type), far_life[v][0], v.name)), far_life, size_of)
     copies = tuple(Copy(p, kind, v, near, far[v], size_of(v.type))
                    for p, kind, v, near in sorted(moves, key=lambda m: (m[0], m[1] == "load", m[2].name)))
     far_size = max((o + align(max(size_of(v.type), 1)) for v, o in far.items()), default=0)
+    streamed_here = frozenset(far_life) - {v for _, _, v, _ in moves}
     spills = sum(c.kind == "store" for c in copies)
-    source = f"memory plan ({spills} spill(s), {len(far_life) - len({c.value for c in copies})} streamed)"
-    return Arena(offsets, align(plan.capacity), source if far_life else "memory plan", far, far_size, copies,
-                 frozenset(far_life) - {c.value for c in copies})
+    source = f"memory plan ({spills} spill(s), {len(streamed_here)} streamed)" if far_life else "memory plan"
+    return Arena(offsets, align(plan.capacity), source, far, far_size, copies, streamed_here)
 
 
 __all__ = ["ALIGN", "Arena", "Copy", "align", "execute_plan", "arena_values", "first_fit", "lifetimes", "natural_size", "plan_arena"]

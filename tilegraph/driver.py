@@ -16,8 +16,9 @@ def default_pipeline(target: str = DEFAULT_TARGET) -> str:
 
 def memory_limited_pipeline(pipeline: str | None, target: str, limit: str | int) -> str:
     """`pipeline` (default: the target's) and then a memory plan within `limit` bytes for the
-    tensors between kernels, in 64-byte units so an executing backend takes its offsets as they
-    are; tensors too big to keep whole are streamed (they live in the far pool)."""
+    tensors between kernels, in the arena's alignment so an executing backend takes its offsets as
+    they are; tensors too big to keep whole are streamed (they live in the far pool)."""
+    from tilegraph.backends.arena import ALIGN
     from tilegraph.ir import TilegraphError
     from tilegraph.ir.units import parse_bytes
 
@@ -25,7 +26,7 @@ def memory_limited_pipeline(pipeline: str | None, target: str, limit: str | int)
         capacity = parse_bytes(str(limit))
     except ValueError as error:
         raise TilegraphError(f"memory limit: {error}") from None
-    return f"{pipeline or default_pipeline(target)},memplan{{capacity={capacity},stream=true,align=64}}"
+    return f"{pipeline or default_pipeline(target)},memplan{{capacity={capacity},stream=true,align={ALIGN}}}"
 
 
 def load_program(path: str | Path, entry: str | None = None) -> Program:

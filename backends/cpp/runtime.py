@@ -16,8 +16,6 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType
 
-from tilegraph.backends.arena import align
-
 from .fold import evaluate_folding
 from .source import Generated, trace_capacity
 
@@ -77,8 +75,7 @@ class NativeProgram(CompiledProgram):
     @property
     def working_bytes(self) -> int:
         """The one block the library works in: the arena (with the far pool) and the threads' scratch."""
-        arena = self.generated.arena
-        return align(arena.total) + self.threads * self.generated.scratch
+        return self.generated.arena.end + self.threads * self.generated.scratch
 
     def write(self, directory) -> list:
         """The generated source and (when built) the library, as `write_build` writes them."""

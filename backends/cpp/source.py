@@ -248,7 +248,7 @@ def _entry(program: Program, order, names: ProgramNames, arena: Arena, outputs, 
         if threaded:
             code.line("tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();")
         if scratch:
-            code.line(f"tg_scratch = arena + {align(arena.total)};")
+            code.line(f"tg_scratch = arena + {arena.end};")
         if traced:
             code.line("tg_trace_len = 0;")
         slots = list(graph.inputs) + list(graph.params) + list(folding.inputs)
