@@ -71,6 +71,12 @@ class Target:
         """How many copies of each off-chip tile are resident: 2 when double-buffered."""
         return 2 if self.double_buffer else 1
 
+    @property
+    def holds_elements(self) -> bool:
+        """Whether a staged tile takes on-chip room for its elements only (a GPU block's shared memory,
+        filled element-wise by cp.async), not for the whole lines that bring them (a cache)."""
+        return self.kind == "gpu"
+
     def describe(self) -> str:
         buffering = "double-buffered" if self.double_buffer else "single-buffered"
         return (f"{self.name} ({self.kind}): {format_bytes(self.onchip_bytes)} on chip per tile, {buffering}, "

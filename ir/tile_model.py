@@ -5,7 +5,8 @@ kernel loops). For tile sizes t, an access's footprint on axis a is `1 + sum |c|
 the loops l of that axis' expression (`AffineExpr.range` over the tile), clipped to the axis size.
 Off-chip tiles are counted in whole transfer lines (cache lines, DMA bursts) per contiguous run.
 
-- working set: every access's footprint, off-chip ones times `target.buffers` (double buffering);
+- working set: every access's footprint, off-chip ones times `target.buffers` (double buffering),
+  in whole lines unless the tile memory holds elements only (`Target.holds_elements`: a GPU);
 - traffic: loops run in an order (parallel loops, then reduction loops innermost); an off-chip
   tile is (re)loaded or stored whenever a loop it depends on advances, and also when any loop
   outside its innermost such loop advances (it was evicted in between). So an access depending on
@@ -99,7 +100,7 @@ def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray,
             working += footprint(access, tiles)
         else:
             size = footprint(access, tiles, target.line_bytes)
-            working += target.buffers * size
+            working += target.buffers * (footprint(access, tiles) if target.holds_elements else size)
             if counted is None or access.value.name in counted:
                 offchip.append((access, size))
     orders = loop_orders(domain)

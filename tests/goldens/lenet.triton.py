@@ -8,17 +8,13 @@ def _view(arena, offset, nbytes, shape, dtype):
 
 @triton.jit
 def kernel_k0(x_ptr, conv1_weight_ptr, conv1_bias_ptr, v2_ptr):
-    # tile: d0=1 (parallel), d1=6 (parallel, block 8), d2=1 (parallel), d3=28 (parallel, block 32), d4=5 (reduction, block 8), d5=5 (reduction, block 8)
+    # tile: d0=1 (parallel), d1=6 (parallel, block 8), d2=1 (parallel), d3=28 (parallel, block 32), d4=4 (reduction), d5=5 (reduction, block 8)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
     iv5 = 0 + tl.arange(0, 8)
     ix5 = iv5[None, None, None, None, None, :]
     mv5 = (iv5 < 5)
     mk5 = mv5[None, None, None, None, None, :]
-    iv4 = 0 + tl.arange(0, 8)
-    ix4 = iv4[None, None, None, None, :, None]
-    mv4 = (iv4 < 5)
-    mk4 = mv4[None, None, None, None, :, None]
     iv3 = 0 + tl.arange(0, 32)
     ix3 = iv3[None, None, None, :, None, None]
     mv3 = (iv3 < 28)
@@ -38,13 +34,18 @@ def kernel_k0(x_ptr, conv1_weight_ptr, conv1_bias_ptr, v2_ptr):
     conv1_bias = tl.load(conv1_bias_ptr + zr + (ix1), mask=mk1, other=0.0)
     v1 = tl.broadcast_to(conv1_bias, (1, 8, 1, 1, 1, 1))
     v0_acc = tl.full((1, 8, 1, 32, 1, 1), 0.0, tl.float32)
-    x = tl.load(x_ptr + zr + (ix0) * 784 + (ix2 + ix4 + -2) * 28 + (ix3 + ix5 + -2), mask=mk3 & mk4 & mk5 & ((ix2 + ix4 + -2) >= 0) & ((ix2 + ix4 + -2) < 28) & ((ix3 + ix5 + -2) >= 0) & ((ix3 + ix5 + -2) < 28), other=0.0)
-    conv1_weight = tl.load(conv1_weight_ptr + zr + (ix1) * 25 + (ix4) * 5 + (ix5), mask=mk1 & mk4 & mk5, other=0.0)
-    v0_part = tl.broadcast_to((x * conv1_weight), (1, 8, 1, 32, 8, 8))
-    v0_part = tl.where(mk4 & mk5, v0_part, 0.0)
-    v0_part = tl.sum(v0_part, axis=4, keep_dims=True)
-    v0_part = tl.sum(v0_part, axis=5, keep_dims=True)
-    v0_acc = (v0_acc + v0_part)
+    for rb4 in range(0, 5, 4):
+        iv4 = rb4 + tl.arange(0, 4)
+        ix4 = iv4[None, None, None, None, :, None]
+        mv4 = (iv4 < 5)
+        mk4 = mv4[None, None, None, None, :, None]
+        x = tl.load(x_ptr + zr + (ix0) * 784 + (ix2 + ix4 + -2) * 28 + (ix3 + ix5 + -2), mask=mk3 & mk4 & mk5 & ((ix2 + ix4 + -2) >= 0) & ((ix2 + ix4 + -2) < 28) & ((ix3 + ix5 + -2) >= 0) & ((ix3 + ix5 + -2) < 28), other=0.0)
+        conv1_weight = tl.load(conv1_weight_ptr + zr + (ix1) * 25 + (ix4) * 5 + (ix5), mask=mk1 & mk4 & mk5, other=0.0)
+        v0_part = tl.broadcast_to((x * conv1_weight), (1, 8, 1, 32, 4, 8))
+        v0_part = tl.where(mk4 & mk5, v0_part, 0.0)
+        v0_part = tl.sum(v0_part, axis=4, keep_dims=True)
+        v0_part = tl.sum(v0_part, axis=5, keep_dims=True)
+        v0_acc = (v0_acc + v0_part)
     v0 = v0_acc
     c1 = tl.broadcast_to((v0 + v1), (1, 8, 1, 32, 1, 1))
     v2 = tl.broadcast_to(tl.maximum(c1, tl.full((1, 1, 1, 1, 1, 1), 0.0, tl.float32)), (1, 8, 1, 32, 1, 1))
@@ -86,30 +87,20 @@ def kernel_k1(v2_ptr, p1_ptr):
 
 @triton.jit
 def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
-    # tile: d0=1 (parallel), d1=16 (parallel), d2=2 (parallel), d3=8 (parallel), d4=6 (reduction, block 8), d5=5 (reduction, block 8), d6=5 (reduction, block 8)
+    # tile: d0=1 (parallel), d1=16 (parallel), d2=1 (parallel), d3=10 (parallel, block 16), d4=2 (reduction), d5=4 (reduction), d6=5 (reduction, block 8)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1, 1), dtype=tl.int32)
     iv6 = 0 + tl.arange(0, 8)
     ix6 = iv6[None, None, None, None, None, None, :]
     mv6 = (iv6 < 5)
     mk6 = mv6[None, None, None, None, None, None, :]
-    iv5 = 0 + tl.arange(0, 8)
-    ix5 = iv5[None, None, None, None, None, :, None]
-    mv5 = (iv5 < 5)
-    mk5 = mv5[None, None, None, None, None, :, None]
-    iv4 = 0 + tl.arange(0, 8)
-    ix4 = iv4[None, None, None, None, :, None, None]
-    mv4 = (iv4 < 6)
-    mk4 = mv4[None, None, None, None, :, None, None]
-    base3 = (pid % 2) * 8
-    pid = pid // 2
-    iv3 = base3 + tl.arange(0, 8)
+    iv3 = 0 + tl.arange(0, 16)
     ix3 = iv3[None, None, None, :, None, None, None]
     mv3 = (iv3 < 10)
     mk3 = mv3[None, None, None, :, None, None, None]
-    base2 = (pid % 5) * 2
-    pid = pid // 5
-    iv2 = base2 + tl.arange(0, 2)
+    base2 = (pid % 10) * 1
+    pid = pid // 10
+    iv2 = base2 + tl.arange(0, 1)
     ix2 = iv2[None, None, :, None, None, None, None]
     iv1 = 0 + tl.arange(0, 16)
     ix1 = iv1[None, :, None, None, None, None, None]
@@ -119,25 +110,31 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
     ix0 = iv0[:, None, None, None, None, None, None]
     conv2_bias = tl.load(conv2_bias_ptr + zr + (ix1))
     v4 = tl.broadcast_to(conv2_bias, (1, 16, 1, 1, 1, 1, 1))
-    v3_acc = tl.full((1, 16, 2, 8, 1, 1, 1), 0.0, tl.float32)
-    p1 = tl.load(p1_ptr + zr + (ix0) * 1176 + (ix4) * 196 + (ix2 + ix5) * 14 + (ix3 + ix6), mask=mk3 & mk4 & mk5 & mk6, other=0.0)
-    p1_op = tl.broadcast_to(p1, (1, 1, 2, 8, 8, 8, 8))
-    p1_op = tl.reshape(p1_op, (2, 8, 8, 8, 8,))
-    p1_op = tl.reshape(p1_op, (16, 512))
-    conv2_weight = tl.load(conv2_weight_ptr + zr + (ix1) * 150 + (ix4) * 25 + (ix5) * 5 + (ix6), mask=mk4 & mk5 & mk6, other=0.0)
-    conv2_weight_op = tl.broadcast_to(conv2_weight, (1, 16, 1, 1, 8, 8, 8))
-    conv2_weight_op = tl.reshape(conv2_weight_op, (16, 8, 8, 8,))
-    conv2_weight_op = tl.permute(conv2_weight_op, (1, 2, 3, 0,))
-    conv2_weight_op = tl.reshape(conv2_weight_op, (512, 16))
-    v3_part = tl.dot(p1_op, conv2_weight_op, input_precision="tf32", out_dtype=tl.float32)
-    v3_part = tl.reshape(v3_part, (2, 8, 16,))
-    v3_part = tl.permute(v3_part, (2, 0, 1,))
-    v3_part = tl.reshape(v3_part, (1, 16, 2, 8, 1, 1, 1))
-    v3_acc = (v3_acc + v3_part)
+    v3_acc = tl.zeros((16, 16), dtype=tl.float32)
+    for rb4 in range(0, 6, 2):
+        iv4 = rb4 + tl.arange(0, 2)
+        ix4 = iv4[None, None, None, None, :, None, None]
+        for rb5 in range(0, 5, 4):
+            iv5 = rb5 + tl.arange(0, 4)
+            ix5 = iv5[None, None, None, None, None, :, None]
+            mv5 = (iv5 < 5)
+            mk5 = mv5[None, None, None, None, None, :, None]
+            p1 = tl.load(p1_ptr + zr + (ix0) * 1176 + (ix4) * 196 + (ix2 + ix5) * 14 + (ix3 + ix6), mask=mk3 & mk5 & mk6, other=0.0)
+            p1_op = tl.broadcast_to(p1, (1, 1, 1, 16, 2, 4, 8))
+            p1_op = tl.reshape(p1_op, (16, 2, 4, 8,))
+            p1_op = tl.reshape(p1_op, (16, 64))
+            conv2_weight = tl.load(conv2_weight_ptr + zr + (ix1) * 150 + (ix4) * 25 + (ix5) * 5 + (ix6), mask=mk5 & mk6, other=0.0)
+            conv2_weight_op = tl.broadcast_to(conv2_weight, (1, 16, 1, 1, 2, 4, 8))
+            conv2_weight_op = tl.reshape(conv2_weight_op, (16, 2, 4, 8,))
+            conv2_weight_op = tl.permute(conv2_weight_op, (1, 2, 3, 0,))
+            conv2_weight_op = tl.reshape(conv2_weight_op, (64, 16))
+            v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
     v3 = v3_acc
-    c2 = tl.broadcast_to((v3 + v4), (1, 16, 2, 8, 1, 1, 1))
-    v5 = tl.broadcast_to(tl.maximum(c2, tl.full((1, 1, 1, 1, 1, 1, 1), 0.0, tl.float32)), (1, 16, 2, 8, 1, 1, 1))
-    tl.store(v5_ptr + tl.broadcast_to(zr + (ix0) * 1600 + (ix1) * 100 + (ix2) * 10 + (ix3), (1, 16, 2, 8, 1, 1, 1)), v5, mask=mk3)
+    v3 = tl.trans(v3)
+    v3 = tl.reshape(v3, (1, 16, 1, 16, 1, 1, 1))
+    c2 = tl.broadcast_to((v3 + v4), (1, 16, 1, 16, 1, 1, 1))
+    v5 = tl.broadcast_to(tl.maximum(c2, tl.full((1, 1, 1, 1, 1, 1, 1), 0.0, tl.float32)), (1, 16, 1, 16, 1, 1, 1))
+    tl.store(v5_ptr + tl.broadcast_to(zr + (ix0) * 1600 + (ix1) * 100 + (ix2) * 10 + (ix3), (1, 16, 1, 16, 1, 1, 1)), v5, mask=mk3)
 
 @triton.jit
 def kernel_k3(v5_ptr, flat_ptr):

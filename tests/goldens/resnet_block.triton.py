@@ -8,85 +8,69 @@ def _view(arena, offset, nbytes, shape, dtype):
 
 @triton.jit
 def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_mean_ptr, conv_bn_beta_ptr, conv_bn_1_var_ptr, conv_bn_1_gamma_ptr, h_ptr, v22_ptr):
-    # tile: d0=16 (parallel), d1=32 (parallel), d2=1 (parallel), d3=32 (parallel), d4=16 (reduction), d5=3 (reduction, block 4), d6=3 (reduction, block 4)
+    # tile: d0=32 (parallel), d1=16 (parallel), d2=1 (parallel), d3=32 (parallel), d4=64 (reduction), d5=1 (reduction), d6=1 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1, 1), dtype=tl.int32)
-    iv6 = 0 + tl.arange(0, 4)
-    ix6 = iv6[None, None, None, None, None, None, :]
-    mv6 = (iv6 < 3)
-    mk6 = mv6[None, None, None, None, None, None, :]
-    iv5 = 0 + tl.arange(0, 4)
-    ix5 = iv5[None, None, None, None, None, :, None]
-    mv5 = (iv5 < 3)
-    mk5 = mv5[None, None, None, None, None, :, None]
+    iv4 = 0 + tl.arange(0, 64)
+    ix4 = iv4[None, None, None, None, :, None, None]
     iv3 = 0 + tl.arange(0, 32)
     ix3 = iv3[None, None, None, :, None, None, None]
     base2 = (pid % 32) * 1
     pid = pid // 32
     iv2 = base2 + tl.arange(0, 1)
     ix2 = iv2[None, None, :, None, None, None, None]
-    base1 = (pid % 2) * 32
-    pid = pid // 2
-    iv1 = base1 + tl.arange(0, 32)
-    ix1 = iv1[None, :, None, None, None, None, None]
-    base0 = (pid % 4) * 16
+    base1 = (pid % 4) * 16
     pid = pid // 4
-    iv0 = base0 + tl.arange(0, 16)
+    iv1 = base1 + tl.arange(0, 16)
+    ix1 = iv1[None, :, None, None, None, None, None]
+    base0 = (pid % 2) * 32
+    pid = pid // 2
+    iv0 = base0 + tl.arange(0, 32)
     ix0 = iv0[:, None, None, None, None, None, None]
     v6 = tl.broadcast_to(tl.full((1, 1, 1, 1, 1, 1, 1), 1e-05, tl.float32), (1, 1, 1, 1, 1, 1, 1))
     conv_bn_var = tl.load(conv_bn_var_ptr + zr + (ix1))
-    v7 = tl.broadcast_to((conv_bn_var + v6), (1, 32, 1, 1, 1, 1, 1))
-    v8 = tl.broadcast_to(tl.rsqrt(v7), (1, 32, 1, 1, 1, 1, 1))
+    v7 = tl.broadcast_to((conv_bn_var + v6), (1, 16, 1, 1, 1, 1, 1))
+    v8 = tl.broadcast_to(tl.rsqrt(v7), (1, 16, 1, 1, 1, 1, 1))
     conv_bn_gamma = tl.load(conv_bn_gamma_ptr + zr + (ix1))
-    v9 = tl.broadcast_to((v8 * conv_bn_gamma), (1, 32, 1, 1, 1, 1, 1))
+    v9 = tl.broadcast_to((v8 * conv_bn_gamma), (1, 16, 1, 1, 1, 1, 1))
     conv_bn_mean = tl.load(conv_bn_mean_ptr + zr + (ix1))
-    v10 = tl.broadcast_to(conv_bn_mean, (1, 32, 1, 1, 1, 1, 1))
-    v12 = tl.broadcast_to(v9, (1, 32, 1, 1, 1, 1, 1))
+    v10 = tl.broadcast_to(conv_bn_mean, (1, 16, 1, 1, 1, 1, 1))
+    v12 = tl.broadcast_to(v9, (1, 16, 1, 1, 1, 1, 1))
     conv_bn_beta = tl.load(conv_bn_beta_ptr + zr + (ix1))
-    v14 = tl.broadcast_to(conv_bn_beta, (1, 32, 1, 1, 1, 1, 1))
+    v14 = tl.broadcast_to(conv_bn_beta, (1, 16, 1, 1, 1, 1, 1))
     conv_bn_1_var = tl.load(conv_bn_1_var_ptr + zr + (ix0))
-    v17 = tl.broadcast_to((conv_bn_1_var + v6), (16, 1, 1, 1, 1, 1, 1))
-    v18 = tl.broadcast_to(tl.rsqrt(v17), (16, 1, 1, 1, 1, 1, 1))
+    v17 = tl.broadcast_to((conv_bn_1_var + v6), (32, 1, 1, 1, 1, 1, 1))
+    v18 = tl.broadcast_to(tl.rsqrt(v17), (32, 1, 1, 1, 1, 1, 1))
     conv_bn_1_gamma = tl.load(conv_bn_1_gamma_ptr + zr + (ix0))
-    v19 = tl.broadcast_to((v18 * conv_bn_1_gamma), (16, 1, 1, 1, 1, 1, 1))
-    v22 = tl.broadcast_to(v19, (16, 1, 1, 1, 1, 1, 1))
-    tl.store(v22_ptr + tl.broadcast_to(zr + (ix0), (16, 1, 1, 1, 1, 1, 1)), v22)
-    v0_acc = tl.zeros((32, 32), dtype=tl.float32)
-    for rb4 in range(0, 64, 16):
-        iv4 = rb4 + tl.arange(0, 16)
-        ix4 = iv4[None, None, None, None, :, None, None]
-        x = tl.load(x_ptr + zr + (ix4) * 1024 + (ix2 + ix5 + -1) * 32 + (ix3 + ix6 + -1), mask=mk5 & mk6 & ((ix2 + ix5 + -1) >= 0) & ((ix2 + ix5 + -1) < 32) & ((ix3 + ix6 + -1) >= 0) & ((ix3 + ix6 + -1) < 32), other=0.0)
-        x_op = tl.broadcast_to(x, (1, 1, 1, 32, 16, 4, 4))
-        x_op = tl.reshape(x_op, (32, 16, 4, 4,))
-        x_op = tl.reshape(x_op, (32, 256))
-        conv_bn_w = tl.load(conv_bn_w_ptr + zr + (ix1) * 576 + (ix4) * 9 + (ix5) * 3 + (ix6), mask=mk5 & mk6, other=0.0)
-        conv_bn_w_op = tl.broadcast_to(conv_bn_w, (1, 32, 1, 1, 16, 4, 4))
-        conv_bn_w_op = tl.reshape(conv_bn_w_op, (32, 16, 4, 4,))
-        conv_bn_w_op = tl.permute(conv_bn_w_op, (1, 2, 3, 0,))
-        conv_bn_w_op = tl.reshape(conv_bn_w_op, (256, 32))
-        v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="tf32")
+    v19 = tl.broadcast_to((v18 * conv_bn_1_gamma), (32, 1, 1, 1, 1, 1, 1))
+    v22 = tl.broadcast_to(v19, (32, 1, 1, 1, 1, 1, 1))
+    tl.store(v22_ptr + tl.broadcast_to(zr + (ix0), (32, 1, 1, 1, 1, 1, 1)), v22)
+    v0_acc = tl.zeros((32, 16), dtype=tl.float32)
+    for rb5 in range(0, 3, 1):
+        iv5 = rb5 + tl.arange(0, 1)
+        ix5 = iv5[None, None, None, None, None, :, None]
+        for rb6 in range(0, 3, 1):
+            iv6 = rb6 + tl.arange(0, 1)
+            ix6 = iv6[None, None, None, None, None, None, :]
+            x_op = tl.load(x_ptr + (iv4[None, :]) * 1024 + (iv2[:, None] + iv5[:, None] + -1) * 32 + (iv3[:, None] + iv6[:, None] + -1), mask=((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32) & ((iv3[:, None] + iv6[:, None] + -1) >= 0) & ((iv3[:, None] + iv6[:, None] + -1) < 32), other=0.0)
+            conv_bn_w_op = tl.load(conv_bn_w_ptr + (iv1[None, :]) * 576 + (iv4[:, None]) * 9 + (iv5[:, None]) * 3 + (iv6[:, None]))
+            v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="tf32")
     v0 = v0_acc
     v0 = tl.trans(v0)
-    v0 = tl.reshape(v0, (1, 32, 1, 32, 1, 1, 1))
-    v11 = tl.broadcast_to((v0 - v10), (1, 32, 1, 32, 1, 1, 1))
-    v13 = tl.broadcast_to((v11 * v12), (1, 32, 1, 32, 1, 1, 1))
-    v15 = tl.broadcast_to((v13 + v14), (1, 32, 1, 32, 1, 1, 1))
-    h = tl.broadcast_to(tl.maximum(v15, tl.full((1, 1, 1, 1, 1, 1, 1), 0.0, tl.float32)), (1, 32, 1, 32, 1, 1, 1))
-    tl.store(h_ptr + tl.broadcast_to(zr + (ix1) * 1024 + (ix2) * 32 + (ix3), (1, 32, 1, 32, 1, 1, 1)), h)
+    v0 = tl.reshape(v0, (1, 16, 1, 32, 1, 1, 1))
+    v11 = tl.broadcast_to((v0 - v10), (1, 16, 1, 32, 1, 1, 1))
+    v13 = tl.broadcast_to((v11 * v12), (1, 16, 1, 32, 1, 1, 1))
+    v15 = tl.broadcast_to((v13 + v14), (1, 16, 1, 32, 1, 1, 1))
+    h = tl.broadcast_to(tl.maximum(v15, tl.full((1, 1, 1, 1, 1, 1, 1), 0.0, tl.float32)), (1, 16, 1, 32, 1, 1, 1))
+    tl.store(h_ptr + tl.broadcast_to(zr + (ix1) * 1024 + (ix2) * 32 + (ix3), (1, 16, 1, 32, 1, 1, 1)), h)
 
 @triton.jit
 def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_mean_ptr, v22_ptr, conv_bn_1_beta_ptr, x_ptr, v5_ptr):
-    # tile: d0=16 (parallel), d1=1 (parallel), d2=16 (parallel), d3=32 (reduction), d4=3 (reduction, block 4), d5=3 (reduction, block 4)
+    # tile: d0=16 (parallel), d1=1 (parallel), d2=16 (parallel), d3=64 (reduction), d4=1 (reduction), d5=1 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
-    iv5 = 0 + tl.arange(0, 4)
-    ix5 = iv5[None, None, None, None, None, :]
-    mv5 = (iv5 < 3)
-    mk5 = mv5[None, None, None, None, None, :]
-    iv4 = 0 + tl.arange(0, 4)
-    ix4 = iv4[None, None, None, None, :, None]
-    mv4 = (iv4 < 3)
-    mk4 = mv4[None, None, None, None, :, None]
+    iv3 = 0 + tl.arange(0, 64)
+    ix3 = iv3[None, None, None, :, None, None]
     base2 = (pid % 2) * 16
     pid = pid // 2
     iv2 = base2 + tl.arange(0, 16)
@@ -104,19 +88,15 @@ def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_mean_ptr, v22_ptr, conv_bn_1_bet
     conv_bn_1_beta = tl.load(conv_bn_1_beta_ptr + zr + (ix0))
     v24 = tl.broadcast_to(conv_bn_1_beta, (16, 1, 1, 1, 1, 1))
     v2_acc = tl.zeros((16, 16), dtype=tl.float32)
-    for rb3 in range(0, 64, 32):
-        iv3 = rb3 + tl.arange(0, 32)
-        ix3 = iv3[None, None, None, :, None, None]
-        h = tl.load(h_ptr + zr + (ix3) * 1024 + (ix1 + ix4 + -1) * 32 + (ix2 + ix5 + -1), mask=mk4 & mk5 & ((ix1 + ix4 + -1) >= 0) & ((ix1 + ix4 + -1) < 32) & ((ix2 + ix5 + -1) >= 0) & ((ix2 + ix5 + -1) < 32), other=0.0)
-        h_op = tl.broadcast_to(h, (1, 1, 16, 32, 4, 4))
-        h_op = tl.reshape(h_op, (16, 32, 4, 4,))
-        h_op = tl.reshape(h_op, (16, 512))
-        conv_bn_1_w = tl.load(conv_bn_1_w_ptr + zr + (ix0) * 576 + (ix3) * 9 + (ix4) * 3 + (ix5), mask=mk4 & mk5, other=0.0)
-        conv_bn_1_w_op = tl.broadcast_to(conv_bn_1_w, (16, 1, 1, 32, 4, 4))
-        conv_bn_1_w_op = tl.reshape(conv_bn_1_w_op, (16, 32, 4, 4,))
-        conv_bn_1_w_op = tl.permute(conv_bn_1_w_op, (1, 2, 3, 0,))
-        conv_bn_1_w_op = tl.reshape(conv_bn_1_w_op, (512, 16))
-        v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="tf32")
+    for rb4 in range(0, 3, 1):
+        iv4 = rb4 + tl.arange(0, 1)
+        ix4 = iv4[None, None, None, None, :, None]
+        for rb5 in range(0, 3, 1):
+            iv5 = rb5 + tl.arange(0, 1)
+            ix5 = iv5[None, None, None, None, None, :]
+            h_op = tl.load(h_ptr + (iv3[None, :]) * 1024 + (iv1[:, None] + iv4[:, None] + -1) * 32 + (iv2[:, None] + iv5[:, None] + -1), mask=((iv1[:, None] + iv4[:, None] + -1) >= 0) & ((iv1[:, None] + iv4[:, None] + -1) < 32) & ((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32), other=0.0)
+            conv_bn_1_w_op = tl.load(conv_bn_1_w_ptr + (iv0[None, :]) * 576 + (iv3[:, None]) * 9 + (iv4[:, None]) * 3 + (iv5[:, None]))
+            v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="tf32")
     v2 = v2_acc
     v2 = tl.trans(v2)
     v2 = tl.reshape(v2, (16, 1, 16, 1, 1, 1))

@@ -5,7 +5,8 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import graphs
 
 from tilegraph.ir import GraphBuilder
@@ -105,6 +106,42 @@ def test_gpu_contractions_feed_the_tensor_cores():
                     whole = math.prod(domain.loops[d].extent for d in loops)
                     narrow += size < min(16, whole)
         assert (narrow == 0) if unit else (narrow > 0)
+
+
+def _candidate_grid(domain):
+    import numpy as np
+
+    from tilegraph.ir.tile_model import candidates, thin
+
+    cands = thin([candidates(loop.extent, loop.kind) for loop in domain.loops], 200_000)
+    return np.stack(np.meshgrid(*[np.array(c, dtype=np.float64) for c in cands], indexing="ij"), -1) \
+        .reshape(-1, len(domain.loops))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.sampled_from([1, 2, 8]), c=st.sampled_from([3, 16, 64, 96]), f=st.sampled_from([16, 64, 256]),
+       hw=st.sampled_from([7, 14, 28, 56]), k=st.sampled_from([1, 3]))
+def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k):
+    """Contract of the GPU choice: a contraction's M, N and K run over one loop each, the result's
+    contiguous loop among them, whenever such a tiling fits and feeds the tensor cores; and the chosen
+    tiling's elements fit shared memory (a staged tile holds elements, not lines)."""
+    import numpy as np
+
+    from tilegraph.passes.tiling.search import evaluate, feeds_matrix_unit, straight_operands
+
+    b = GraphBuilder("conv")
+    x, w = b.input("x", [n, c, hw, hw]), b.param("w", [f, c, k, k])
+    b.output(b.relu(b.conv2d(x, w, padding=[k // 2, k // 2])))
+    gpu = load_target("gpu-h100")
+    (kernel,) = [kn for kn in tiled(b.graph, gpu).kernels if kn.domain.loops]
+    domain, tiles = kernel.domain, dict(kernel.tiles)
+    chosen = np.array([[tiles[loop.name] for loop in domain.loops]], dtype=np.float64)
+    elements = replace(gpu, line_bytes=1)
+    assert evaluate(domain, elements, chosen).working_set[0] <= gpu.onchip_bytes
+    if not straight_operands(domain, gpu, chosen)[0]:
+        grid = _candidate_grid(domain)
+        fits = evaluate(domain, gpu, grid).working_set <= gpu.onchip_bytes
+        assert not (fits & feeds_matrix_unit(domain, gpu, grid) & straight_operands(domain, gpu, grid)).any()
 
 
 def test_a_larger_budget_moves_fewer_bytes():
