@@ -4,7 +4,8 @@
 as `GPUTarget("cuda", 90, 32)` (Hopper), which lowers it to PTX and a cubin with the bundled ptxas:
 proof that the kernels are valid GPU code, not only interpretable. Resource use (shared memory from
 Triton's metadata; registers and spills from `cuobjdump --dump-resource-usage` when it is bundled)
-goes into the returned records.
+and what the PTX runs on (Hopper's `wgmma`, the older `mma.sync`, or neither; `cp.async` loads,
+which the software pipeliner stages) go into the returned records.
 """
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ class CompiledKernel:
     registers: int | None
     spills: int | None
     ptx_lines: int
+    tensor_cores: str = "none"  # "wgmma", "mma" (mma.sync) or "none"
+    cp_async: bool = False  # loads staged through shared memory by cp.async
+
+
+def ptx_features(ptx: str) -> dict:
+    """What a kernel's PTX runs on: its tensor-core instruction family and whether it uses cp.async."""
+    cores = "wgmma" if "wgmma.mma_async" in ptx else "mma" if "mma.sync" in ptx else "none"
+    return {"tensor_cores": cores, "cp_async": "cp.async" in ptx}
 
 
 def _load_compiled(text: str, folder: Path):
@@ -87,7 +96,7 @@ def compile_kernels(generated: GeneratedModule, arch: int = 90, warp_size: int =
                                     options={"num_warps": num_warps, "num_stages": num_stages})
             regs, spills = _resources(kernel.asm["cubin"])
             records.append(CompiledKernel(source.function, int(kernel.metadata.shared), regs, spills,
-                                          kernel.asm["ptx"].count("\n")))
+                                          kernel.asm["ptx"].count("\n"), **ptx_features(kernel.asm["ptx"])))
     return records
 
 
@@ -142,7 +151,7 @@ def _main(request_path: str) -> None:
                                     options={"num_warps": warps, "num_stages": stages})
             regs, spills = _resources(kernel.asm["cubin"])
             records.append(dict(function=function, shared_bytes=int(kernel.metadata.shared), registers=regs,
-                                spills=spills, ptx_lines=kernel.asm["ptx"].count("\n")))
+                                spills=spills, ptx_lines=kernel.asm["ptx"].count("\n"), **ptx_features(kernel.asm["ptx"])))
     print(json.dumps(records))
 
 
@@ -152,4 +161,4 @@ if __name__ == "__main__":
     _main(sys.argv[1])
 
 
-__all__ = ["compile_kernels", "compile_kernels_isolated", "CompiledKernel"]
+__all__ = ["compile_kernels", "compile_kernels_isolated", "CompiledKernel", "ptx_features"]

@@ -3,14 +3,18 @@
 `Launcher` prepares the launch sequence of one program on one device once: the parameters are
 bound (the caller's own tensors where it gives them, else one device copy), every step's argument
 slots are resolved from names to list positions, and the arena is allocated once. A call then
-only walks a list. `GraphedLauncher` captures that walk into a CUDA graph after a warm-up call
-and replays it, as torch.compile's `mode="reduce-overhead"` does: inputs are copied into static
-buffers, the graph is replayed, and the outputs are cloned out of the graph's memory so that the
-next replay cannot overwrite what the caller holds.
+only walks a list. On CUDA, after the first call, `DirectLaunch` takes Triton's per-call dispatch
+out as well: each kernel is bound once to its compiled binary for its grid (`JITFunction.warmup`,
+then `CompiledKernel[grid]`), the arena views are made once, and a call only allocates the graph's
+outputs and hands each binary its tensors. `GraphedLauncher` captures the walk into a CUDA graph
+after a warm-up call and replays it, as torch.compile's `mode="reduce-overhead"` does: inputs are
+copied into static buffers, the graph is replayed, and the outputs are cloned out of the graph's
+memory so that the next replay cannot overwrite what the caller holds.
 """
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +72,10 @@ class Launcher:
             self._env[index] = tensor
         self.arena = torch.empty(max(module.ARENA_BYTES, 1), dtype=torch.uint8, device=device)
         self._lock = threading.Lock()
+        self._slots = slots
+        # CUDA: built after the first call (its kernels compiled and tuned); False where it cannot be
+        self.direct: DirectLaunch | None | bool = None if device.type == "cuda" else False
+        self.direct_error: str | None = None
 
     def check(self, inputs: Sequence[Any]) -> list[Any]:
         """Inputs as the kernels read them: on the device, of the IR's dtype, contiguous (converted only if not)."""
@@ -86,7 +94,23 @@ class Launcher:
         """Run on checked inputs (`check`); returns the graph's outputs as tensors on the device."""
         configs = self.program.configs
         with self._lock:
-            return self._walk(inputs, lambda step, args: self._launch(step, args, *configs[step.position]))
+            direct = self.direct
+            if direct and direct.accepts(inputs):
+                return direct(inputs)
+            outputs = self._walk(inputs, lambda step, args: self._launch(step, args, *configs[step.position]))
+            if direct is None:
+                self.bind_direct(inputs, compiled_runner)
+            return outputs
+
+    def bind_direct(self, inputs: Sequence[Any], runner_for: Callable) -> None:
+        """Build the direct path (`DirectLaunch`) for calls like this one; if it cannot be built, say why once
+        and keep walking the steps."""
+        try:
+            self.direct = DirectLaunch(self, inputs, runner_for)
+        except Exception as error:  # a Triton whose launch API differs: the generic path still works
+            self.direct, self.direct_error = False, f"{type(error).__name__}: {error}"
+            warnings.warn(f"tilegraph: Triton kernels launch through triton.jit's dispatch ({self.direct_error})",
+                          RuntimeWarning, stacklevel=3)
 
     def tune(self, inputs: Sequence[Any]) -> None:
         """Time each kernel's launch configurations on these inputs (CUDA only; cached on disk)."""
@@ -116,6 +140,108 @@ class Launcher:
         for step in self.steps:
             for index, tensor in zip(step.writes, run(step, [env[i] for i in step.reads])):
                 env[index] = tensor
+        return [env[i] for i in self._outputs]
+
+
+def compiled_runner(fn, grid: int, args: Sequence[Any], warps: int, stages: int) -> Callable:
+    """The compiled binary of jit function `fn` for these arguments, bound to its 1-D grid: `run(*args)`
+    launches it on the current stream (Triton's `CompiledKernel[grid]`), with none of `fn[grid](...)`'s
+    per-call argument binding and cache lookup."""
+    return fn.warmup(*args, grid=(grid,), num_warps=warps, num_stages=stages)[(grid, 1, 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectStep:
+    """A kernel step bound to its binary (`run` None: a layout step, run through its step function)."""
+
+    run: Callable | None
+    args: tuple[int, ...]  # env slots of the kernel's arguments, in order (a layout step: those it reads)
+    fresh: tuple[tuple[int, tuple, Any], ...]  # (slot, shape, dtype) of graph outputs it writes, new per call
+    step: Step
+
+
+class DirectLaunch:
+    """One program's launch sequence bound to compiled binaries (see the module docstring).
+
+    Binaries are specialised on the alignment of their pointers, as Triton's dispatch would: arena views
+    and parameters never move and outputs come from the allocator, so only the graph's inputs are checked
+    per call (`accepts`: 16-byte aligned, as they were when the binaries were bound).
+    """
+
+    ALIGN = 16
+
+    def __init__(self, launcher: Launcher, inputs: Sequence[Any], runner_for: Callable) -> None:
+        import torch
+
+        from .runtime import torch_dtype
+        from .tuner import VariantLaunch
+
+        program, module, arena = launcher.program, launcher.program.module(), launcher.program.generated.arena
+        if not self._aligned(inputs):
+            raise ValueError("inputs not 16-byte aligned when the binaries would be bound")
+        names, slots = program.generated.names, launcher._slots
+        env = launcher._env.copy()
+        for index, tensor in zip(launcher._inputs, inputs):
+            env[index] = tensor
+
+        def tensor_for(value):
+            dtype = torch_dtype(value.type.dtype)
+            if value in arena.offsets:
+                offset = arena.offsets[value]
+                return launcher.arena[offset:offset + value.type.nbytes].view(dtype).view(value.type.shape)
+            return torch.empty(value.type.shape, dtype=dtype, device=launcher.device)
+
+        steps = []
+        for step, source in zip(launcher.steps, program.generated.kernels):
+            writes = [(index, value) for index, value in zip(step.writes, program.generated.steps[step.position][1])]
+            for index, value in writes:  # a stand-in of the right type and alignment where no view is fixed
+                env[index] = tensor_for(value)
+            if source is None:
+                steps.append(DirectStep(None, step.reads, (), step))
+                continue
+            fn, grid = getattr(module, source.function), source.grid
+            if isinstance(fn, VariantLaunch):  # the tuner's block-size variant: its own function and grid
+                fn, grid = fn.fn, fn.grid
+            args = tuple(slots[names[v]] for v in source.args)
+            warps, stages = program.configs[step.position]
+            run = runner_for(fn, grid, [env[i] for i in args], warps, stages)
+            fresh = tuple((index, tuple(value.type.shape), torch_dtype(value.type.dtype))
+                          for index, value in writes if value not in arena.offsets)
+            steps.append(DirectStep(run, args, fresh, step))
+        # the arena views are the same tensors on every call: keep them in the starting environment
+        self._env = launcher._env.copy()
+        for step, source in zip(launcher.steps, program.generated.kernels):
+            for index, value in zip(step.writes, program.generated.steps[step.position][1]):
+                if value in arena.offsets and source is not None:
+                    self._env[index] = env[index]
+        self.steps = tuple(steps)
+        self._inputs, self._outputs = launcher._inputs, launcher._outputs
+        self._device, self._arena = launcher.device, launcher.arena
+
+    @classmethod
+    def _aligned(cls, inputs: Sequence[Any]) -> bool:
+        return all(tensor.data_ptr() % cls.ALIGN == 0 for tensor in inputs)
+
+    def accepts(self, inputs: Sequence[Any]) -> bool:
+        return self._aligned(inputs)
+
+    def __call__(self, inputs: Sequence[Any]) -> list[Any]:
+        import torch
+
+        env = self._env.copy()
+        for index, tensor in zip(self._inputs, inputs):
+            env[index] = tensor
+        device, empty = self._device, torch.empty
+        for direct in self.steps:
+            if direct.run is None:
+                step = direct.step
+                for index, tensor in zip(step.writes, step.function(device, 0, 0, self._arena,
+                                                                    *[env[i] for i in direct.args])):
+                    env[index] = tensor
+                continue
+            for index, shape, dtype in direct.fresh:
+                env[index] = empty(shape, dtype=dtype, device=device)
+            direct.run(*[env[i] for i in direct.args])
         return [env[i] for i in self._outputs]
 
 
@@ -156,4 +282,4 @@ class GraphedLauncher:
         self.graph = graph
 
 
-__all__ = ["Launcher", "GraphedLauncher", "Step"]
+__all__ = ["Launcher", "GraphedLauncher", "DirectLaunch", "Step", "compiled_runner"]

@@ -92,9 +92,12 @@ def _layout_expr(kernel: Kernel, names: dict[Value, str]) -> str:
 
 def _layout_step(kernel: Kernel, names: dict[Value, str], arena: Arena) -> list[str]:
     """Torch code for a layout kernel: the result copied into its arena view, or kept as a new tensor."""
-    result = kernel.nodes[0].result
+    node = kernel.nodes[0]
+    result = node.result
     out, expr = names[result], _layout_expr(kernel, names)
     if result in arena.offsets:
+        if node.op == "concat":  # written in place: one pass, not a new tensor and a copy
+            return [_bind(result, out, arena), f"    {expr[:-1]}, out={out})"]
         return [_bind(result, out, arena), f"    {out}.copy_({expr})"]
     return [f"    {out} = ({expr}).contiguous()"]
 

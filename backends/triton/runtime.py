@@ -180,7 +180,8 @@ class TritonProgram(CompiledProgram):
             return ""
         registers = "registers ?" if record.registers is None else f"{record.registers} registers"
         spills = "" if record.spills is None else f", {record.spills} B spilled"
-        return f"; sm_{self.gpu_arch}: shared {record.shared_bytes} B, {registers}{spills}"
+        cores = "" if record.tensor_cores == "none" else f", {record.tensor_cores}"
+        return f"; sm_{self.gpu_arch}: shared {record.shared_bytes} B, {registers}{spills}{cores}"
 
 
 __all__ = ["TritonProgram", "load_module"]

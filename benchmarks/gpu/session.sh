@@ -34,6 +34,9 @@ fi
 if [ "$WHAT" != dynamo ]; then
   timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/backends/test_triton_gpu.py 2>&1 | tail -8 | tee "$OUT/test_triton_gpu.log"
   stamp "triton GPU tests"
+  timeout 120 python3 benchmarks/launch_overhead.py --gpu >"$OUT/launch_overhead.log" 2>&1
+  cp benchmarks/results/launch_overhead.md "$OUT/" 2>/dev/null; grep -E "^\|" "$OUT/launch_overhead.log" | tail -6
+  stamp "launch_overhead.py --gpu"
   timeout $((TRITON_BUDGET + 90)) python3 benchmarks/triton_gpu.py --quick --budget "$TRITON_BUDGET" >"$OUT/triton_gpu.log" 2>&1
   cp benchmarks/results/triton_gpu.md "$OUT/" 2>/dev/null; grep -E "^\||geometric" "$OUT/triton_gpu.log" | tail -30
   stamp "triton_gpu.py"

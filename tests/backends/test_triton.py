@@ -174,6 +174,11 @@ def test_kernels_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
         assert len(records) == sum(s is not None for s in module.kernels) >= 1
         for record in records:
             assert 0 <= record.shared_bytes <= 232448 and record.ptx_lines > 0
+    # tl.dot kernels (the GELU matmul, attention) run on Hopper's tensor cores; the others on none
+    dots = {s.function: s.uses_dot for s in fn.generated.kernels if s is not None}
+    assert sum(dots.values()) >= 2
+    for record in checks[0][1]:
+        assert (record.tensor_cores != "none") == dots[record.function], record
     # the report names each kernel's sm_90 resources
     report = fn.report()
     for record in checks[0][1]:
@@ -185,14 +190,19 @@ def test_kernels_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
 def test_convolutions_fit_hopper_shared_memory(example, tmp_path, monkeypatch):
     """Direct and implicit-GEMM convolutions whose tiles the tiling pass sized for on-chip data asked an
     H200 for 0.25-2 MiB of shared memory at launch (found on the GPU; the interpreter does not care):
-    their reductions are walked in chunks, so every kernel fits sm_90's 227 KiB with two stages."""
+    their reductions are walked in chunks, so every kernel fits sm_90's 227 KiB with two stages. Built as on
+    CUDA by default (TF32 convolutions), each is an implicit GEMM on tensor cores with staged loads."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
-    fn = tilegraph.compile(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / f"{example}.tg")), target="triton")
+    fn = tilegraph.compile(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / f"{example}.tg")), target="triton",
+                           tf32=True)
     chunked = [s for s in fn.generated.kernels if s is not None and any(p.kind == "reduction" and p.count > 1
                                                                         for p in s.loops)]
     assert chunked, "some convolution walks its reduction in chunks"
+    dots = {s.function for s in fn.generated.kernels if s is not None and s.uses_dot}
     for record in fn.compile_ahead(90):
         assert record.shared_bytes <= 232448, record
+        if record.function in dots:  # every convolution an implicit GEMM on tensor cores, loads pipelined
+            assert record.tensor_cores in ("wgmma", "mma") and record.cp_async and not record.spills, record
 
 
 # ----- source: names, determinism, errors ------------------------------------------------------------

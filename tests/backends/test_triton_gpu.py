@@ -56,6 +56,27 @@ def test_examples_on_the_gpu(example):
     check(parse_file(str(EXAMPLES / f"{example}.tg")))
 
 
+@pytest.mark.parametrize("example", ["mlp", "transformer_block", "resnet_block"])
+def test_later_calls_launch_the_compiled_binaries_directly(example):
+    """After the first call each kernel is bound to its binary (`launch.DirectLaunch`): the same results,
+    and an input at an address it was not bound for takes the generic walk."""
+    from tilegraph.backends.triton.launch import DirectLaunch
+
+    graph = parse_file(str(EXAMPLES / f"{example}.tg"))
+    fn = tilegraph.compile(graph, target="triton")
+    inputs = [torch.from_numpy(a).cuda() for a in reference.random_inputs(graph)]
+    first = [t.clone() for t in fn.run_torch(*inputs)]
+    launcher = fn.launcher()
+    assert isinstance(launcher.direct, DirectLaunch), launcher.direct_error
+    assert all(torch.equal(a, b) for a, b in zip(fn.run_torch(*inputs), first))
+    shifted = []
+    for x in inputs:
+        storage = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
+        shifted.append(storage[1:].view(x.shape).copy_(x))
+    assert not launcher.direct.accepts(shifted)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(fn.run_torch(*shifted), first))
+
+
 @given(st.data())
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 def test_random_graphs_match_the_reference_on_the_gpu(data):
