@@ -31,7 +31,7 @@ class CanonicalizeOptions:
     decompose: bool = True  # replace composite ops (softmax, layer_norm, ...) by structured ops
     fold: bool = True  # evaluate nodes whose operands are all constants or params with data
     fold_limit: int = 65536  # largest tensor (elements) folding reads or creates
-    simplify: bool = True  # x*1, x+0, double transposes, reshape chains, no-op casts/reshapes/...
+    simplify: bool = True  # x*1, x+0, double transposes, reshape chains, no-op casts/reshapes, zero pads into convs
     cse: bool = True  # merge nodes with the same op, operands and attributes
 
 
@@ -272,6 +272,29 @@ def _broadcast_to(graph: Graph, node: Node) -> Value | None:
     return None
 
 
+def _conv2d(graph: Graph, node: Node) -> Value | None:
+    """A convolution of a zero-padded input (`concat` of zero constants around it along H or W, as
+    torch's `F.pad` is converted): the convolution of the input itself, the zeros moved into its
+    `padding` / `padding_end`. The padded copy is never made (MobileNetV2's "same" padding: 36)."""
+    x = node.inputs[0]
+    concat = x.producer
+    if concat is None or concat.op != "concat" or concat.attrs["axis"] % 4 not in (2, 3):
+        return None
+    pieces = list(concat.inputs)
+    zero = [_constant_value(v) == 0 and v.type.dtype == x.type.dtype for v in pieces]
+    core = [i for i, z in enumerate(zero) if not z]
+    if len(core) != 1:
+        return None
+    axis = concat.attrs["axis"] % 4 - 2
+    before = sum(v.type.shape[axis + 2] for v in pieces[:core[0]])
+    after = sum(v.type.shape[axis + 2] for v in pieces[core[0] + 1:])
+    begin, end = list(node.attrs["padding"]), list(node.attrs.get("padding_end") or node.attrs["padding"])
+    begin[axis] += before
+    end[axis] += after
+    attrs = {**node.attrs, "padding": tuple(begin), "padding_end": None if begin == end else tuple(end)}
+    return _build(graph, node, "conv2d", pieces[core[0]], node.inputs[1], **attrs)
+
+
 def _build(graph: Graph, anchor: Node, op: str, *operands: Value, **attrs: Any) -> Value:
     return graph.create_node(op, operands, attrs, before=anchor, loc=anchor.loc).result
 
@@ -286,6 +309,7 @@ SIMPLIFICATIONS: dict[str, Callable[[Graph, Node], Value | None]] = {
     "transpose": _transpose,
     "reshape": _reshape,
     "broadcast_to": _broadcast_to,
+    "conv2d": _conv2d,
 }
 
 

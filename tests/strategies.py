@@ -413,19 +413,23 @@ def _gen_conv2d(c: _Ctx):
     channels = x.shape[1]
     groups = c.draw(st.sampled_from([g for g in range(1, channels + 1) if channels % g == 0]))
     filters = groups * c.side(1, 3)
-    kernel, stride, padding, dilation = [], [], [], []
+    kernel, stride, padding, dilation, padding_end = [], [], [], [], []
+    asymmetric = c.coin(3)  # zeros after the input differ from those before (TF "same" padding)
     for size in x.shape[2:]:
         k, s, p, d = c.side(1, 3), c.side(1, 3), c.draw(st.integers(0, 2)), c.side(1, 2)
-        if size + 2 * p < d * (k - 1) + 1:
+        e = c.draw(st.integers(0, 2)) if asymmetric else p
+        if size + p + e < d * (k - 1) + 1:
             d = 1
-            k = min(k, size + 2 * p)
-        kernel.append(k), stride.append(s), padding.append(p), dilation.append(d)
+            k = min(k, size + p + e)
+        kernel.append(k), stride.append(s), padding.append(p), dilation.append(d), padding_end.append(e)
     w = TensorType((filters, channels // groups, *kernel), x.dtype)
     attrs = {}
     for name, values in (("stride", stride), ("padding", padding), ("dilation", dilation)):
         default = [0, 0] if name == "padding" else [1, 1]
         if values != default or c.coin(2):
             attrs[name] = c.pair(*values)
+    if padding_end != padding:
+        attrs["padding_end"] = c.pair(*padding_end)
     if groups != 1 or c.coin(2):
         attrs["groups"] = groups
     return [x, w], attrs
@@ -856,7 +860,8 @@ def propagate_interval(op: str, ivs: Sequence[Interval], in_types: Sequence[Tens
     if op in ("matmul", "batch_matmul"):
         return _scale(in_types[0].shape[-1], _mul(ivs[0], ivs[1]))
     if op == "conv2d":
-        x = _hull(ivs[0], (0.0, 0.0)) if any(attrs["padding"]) else ivs[0]
+        padded = any(attrs["padding"]) or any(attrs.get("padding_end") or ())
+        x = _hull(ivs[0], (0.0, 0.0)) if padded else ivs[0]
         return _scale(math.prod(in_types[1].shape[1:]), _mul(x, ivs[1]))
     if op == "avg_pool2d":
         return _hull(ivs[0], (0.0, 0.0)) if any(attrs["padding"]) else ivs[0]

@@ -125,6 +125,9 @@ CASES = {
     "bools": """def f(c: bool[7, 30], d: bool[7, 30]) -> (bool[7], bool[7], bool[30], bool[7, 30]) {
         return sum(c, axes=[1]), max(c, axes=[1]), min(d, axes=[0]), where(c, d, c)
     }""",
+    "conv_padded_after": """def f(x: f32[2, 3, 9, 8], w: f32[5, 3, 3, 3], d: f32[3, 1, 3, 3]) -> (f32[2, 5, 4, 5], f32[2, 3, 9, 7]) {
+        return conv2d(x, w, stride=[2, 2], padding=[0, 1], padding_end=[1, 2]), conv2d(x, d, padding=[2, 0], padding_end=[0, 1], groups=3)
+    }""",
     "conv_padding_only_column": """def f(x: f32[1, 1, 3, 1], w: f32[1, 1, 1, 1]) -> f32[1, 1, 2, 1] {
         return conv2d(x, w, stride=[3, 3], padding=[1, 1])
     }""",

@@ -82,24 +82,26 @@ def identity_module(cx, m, x, *args, **kwargs):
 
 
 # ----- convolution ----------------------------------------------------------------------------------
-def _conv_padding(padding, kernel, dilation) -> tuple[int, int]:
+def _conv_padding(padding, kernel, dilation) -> tuple[tuple[int, int], tuple[int, int] | None]:
+    """(zeros before, zeros after or None when the same) per spatial axis; 'same' with an even effective
+    kernel pads one more after, as torch does."""
     if padding == "valid":
-        return (0, 0)
+        return (0, 0), None
     if padding == "same":
         total = [d * (k - 1) for k, d in zip(kernel, dilation)]
-        if any(t % 2 for t in total):
-            raise Unsupported("padding='same' with an even effective kernel (asymmetric padding)")
-        return (total[0] // 2, total[1] // 2)
-    return _pair(padding, "padding")
+        begin = tuple(t // 2 for t in total)
+        end = tuple(t - b for t, b in zip(total, begin))
+        return begin, (None if end == begin else end)
+    return _pair(padding, "padding"), None
 
 
 def conv2d_values(cx, x, weight, bias, stride=1, padding=0, dilation=1, groups=1) -> Value:
     x = cx.value(x)
     weight = cx.value(weight)
     dilation = _pair(dilation, "dilation")
-    padding = _conv_padding(padding, weight.shape[2:], dilation)
+    padding, padding_end = _conv_padding(padding, weight.shape[2:], dilation)
     y = cx.b.conv2d(_batched(cx, x, 4), weight, stride=_pair(stride, "stride"), padding=padding,
-                    dilation=dilation, groups=groups)
+                    dilation=dilation, groups=groups, padding_end=padding_end)
     return cx.reshape(_channel_bias(cx, y, bias), cx.out_shape)
 
 
@@ -109,17 +111,12 @@ def conv1d_values(cx, x, weight, bias, stride=1, padding=0, dilation=1, groups=1
     weight = cx.value(weight)
     x = _batched(cx, x, 3)
     (stride,), (dilation,) = _single(stride), _single(dilation)
-    if padding == "valid":
-        padding = 0
-    elif padding == "same":
-        total = dilation * (weight.shape[2] - 1)
-        if total % 2:
-            raise Unsupported("padding='same' with an even effective kernel (asymmetric padding)")
-        padding = total // 2
-    (padding,) = _single(padding)
+    begin, end = _conv_padding(padding if isinstance(padding, str) else (0, *_single(padding)),
+                               (1, weight.shape[2]), (1, dilation))
     y = cx.b.conv2d(cx.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])),
                     cx.reshape(weight, (weight.shape[0], weight.shape[1], 1, weight.shape[2])),
-                    stride=(1, stride), padding=(0, padding), dilation=(1, dilation), groups=groups)
+                    stride=(1, stride), padding=(0, begin[1]), dilation=(1, dilation), groups=groups,
+                    padding_end=None if end is None else (0, end[1]))
     return cx.reshape(_channel_bias(cx, y, bias), cx.out_shape)
 
 

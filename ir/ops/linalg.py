@@ -67,14 +67,17 @@ register(OpDef(
 
 
 # ----- windows: shared output-size arithmetic -------------------------------------------------
-def window_out(size: int, kernel: int, stride: int, pad: int, dilation: int = 1) -> int:
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+def window_out(size: int, kernel: int, stride: int, pad: int, dilation: int = 1, pad_end: int | None = None) -> int:
+    """Output positions along one axis (`pad` before the input, `pad_end` after it: `pad` unless given)."""
+    pad_end = pad if pad_end is None else pad_end
+    return (size + pad + pad_end - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def _windows(x: np.ndarray, kernel, stride, padding, dilation, pad_value) -> np.ndarray:
+def _windows(x: np.ndarray, kernel, stride, padding, dilation, pad_value, padding_end=None) -> np.ndarray:
     """[N, C, H, W] -> [N, C, OH, OW, KH, KW] view of the padded input's windows."""
     (ph, pw), (kh, kw), (sh, sw), (dh, dw) = padding, kernel, stride, dilation
-    padded = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=pad_value)
+    eh, ew = padding if padding_end is None else padding_end
+    padded = np.pad(x, ((0, 0), (0, 0), (ph, eh), (pw, ew)), constant_values=pad_value)
     span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
     view = np.lib.stride_tricks.sliding_window_view(padded, (span_h, span_w), axis=(2, 3))
     return view[:, :, ::sh, ::sw, ::dh, ::dw]
@@ -82,7 +85,12 @@ def _windows(x: np.ndarray, kernel, stride, padding, dilation, pad_value) -> np.
 
 # ----- conv2d ---------------------------------------------------------------------------------
 CONV_ATTRS = (AttrSpec("stride", "pair", (1, 1)), AttrSpec("padding", "pair", (0, 0)),
-              AttrSpec("dilation", "pair", (1, 1)), AttrSpec("groups", "int", 1))
+              AttrSpec("dilation", "pair", (1, 1)), AttrSpec("groups", "int", 1),
+              AttrSpec("padding_end", "pair", None))  # zeros after the input (None: `padding`, symmetric)
+
+
+def _padding_end(attrs) -> tuple[int, int]:
+    return tuple(attrs["padding"] if attrs.get("padding_end") is None else attrs["padding_end"])
 
 
 def _conv_infer(in_types, attrs):
@@ -97,10 +105,11 @@ def _conv_infer(in_types, attrs):
     if w.shape[1] * groups != x.shape[1]:
         raise ValueError(f"weight has {w.shape[1]} channels per group, input has "
                          f"{x.shape[1]} channels in {groups} group(s): {shown}")
-    if min(attrs["stride"]) < 1 or min(attrs["dilation"]) < 1 or min(attrs["padding"]) < 0:
+    end = _padding_end(attrs)
+    if min(attrs["stride"]) < 1 or min(attrs["dilation"]) < 1 or min(*attrs["padding"], *end) < 0:
         raise ValueError("stride and dilation must be positive and padding non-negative")
     out_hw = [window_out(x.shape[2 + a], w.shape[2 + a], attrs["stride"][a], attrs["padding"][a],
-                         attrs["dilation"][a]) for a in (0, 1)]
+                         attrs["dilation"][a], end[a]) for a in (0, 1)]
     if min(out_hw) < 1:
         raise ValueError(f"kernel larger than padded input: {shown}")
     return TensorType((x.shape[0], w.shape[0], *out_hw), x.dtype)
@@ -127,7 +136,7 @@ def conv2d_space(ins, attrs, result: TensorType) -> IterationSpace:
 def _conv_reference(arrays, attrs, result):
     x, w = arrays
     groups = attrs["groups"]
-    windows = _windows(x, w.shape[2:], attrs["stride"], attrs["padding"], attrs["dilation"], 0)
+    windows = _windows(x, w.shape[2:], attrs["stride"], attrs["padding"], attrs["dilation"], 0, _padding_end(attrs))
     n, c, oh, ow, kh, kw = windows.shape
     windows = windows.reshape(n, groups, c // groups, oh, ow, kh, kw)
     weights = w.reshape(groups, w.shape[0] // groups, c // groups, kh, kw)
@@ -137,7 +146,8 @@ def _conv_reference(arrays, attrs, result):
 
 register(OpDef(
     name="conv2d", category=WINDOW, arity=(2, 2), attrs=CONV_ATTRS,
-    doc="2-D convolution, NCHW input, [F, C/groups, KH, KW] weight, no bias",
+    doc="2-D convolution, NCHW input, [F, C/groups, KH, KW] weight, no bias; `padding` zeros before the input "
+        "and `padding_end` after it (default: `padding`)",
     infer_fn=_conv_infer, space_fn=conv2d_space, reference_fn=_conv_reference,
 ))
 

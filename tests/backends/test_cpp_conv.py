@@ -63,9 +63,14 @@ CASES = {
                                                                                groups=4)),
     "depthwise stride 2": ((1, 24, 14, 14), (24, 1, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=24)),
     "depthwise stride 1": ((1, 20, 9, 9), (20, 1, 3, 3), dict(padding=(1, 1), groups=20)),
+    # TF "same" padding (MobileNetV2's F.pad folded into the convolution): zeros after, not before
+    "3x3 stride 2 pad (0, 1)": ((1, 16, 15, 14), (20, 16, 3, 3), dict(stride=(2, 2), padding_end=(1, 1))),
+    "depthwise stride 2 pad (0, 1)": ((1, 24, 14, 14), (24, 1, 3, 3), dict(stride=(2, 2), padding_end=(1, 1),
+                                                                         groups=24)),
+    "3x3 pad (2, 0) x (0, 1)": ((1, 8, 12, 12), (24, 8, 3, 3), dict(padding=(2, 0), padding_end=(0, 1))),
 }
 PACKED = {"1x1 stride 2", "3x3 stride 2 pad 1", "7x7 stride 2 pad 3 (stem)", "3x3 stride 3 dilation 2",
-          "3x3 stride (1, 2)", "grouped stride 2"}
+          "3x3 stride (1, 2)", "grouped stride 2", "3x3 stride 2 pad (0, 1)"}
 
 
 @pytest.mark.parametrize("name", list(CASES))

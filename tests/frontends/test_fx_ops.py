@@ -504,3 +504,31 @@ def test_flip():
 def test_take_along_dim():
     check(lambda s, x: (torch.take_along_dim(x, x.argsort(1), 1), torch.take_along_dim(x, s.flat)),
           torch.randn(3, 4), flat=torch.tensor([0, 11, 5]))
+
+
+@pytest.mark.parametrize("capture", ["trace", "dynamo"])
+def test_same_padding_with_even_kernels_pads_after(capture):
+    """torch pads 'same' with an even effective kernel one more after than before: padding_end."""
+    conv2 = nn.Conv2d(3, 4, 4, padding="same", dilation=(1, 3))
+    conv1 = nn.Conv1d(4, 2, 2, padding="same")
+    graph = check(lambda self, x: conv1(conv2(x).mean(2)), torch.randn(2, 3, 9, 10), capture=capture,
+                  rtol=1e-4, atol=1e-5)
+    convs = [n for n in graph.nodes if n.op == "conv2d"]
+    assert [tuple(n.attrs["padding_end"]) for n in convs] == [(2, 5), (0, 1)]
+
+
+def test_zero_padding_before_a_convolution_becomes_its_padding():
+    """F.pad's zeros (TF-style "same" padding, MobileNetV2) go into the convolution after canonicalize:
+    no padded copy of the input is made."""
+    from tilegraph.passes import PassManager
+
+    conv = nn.Conv2d(3, 4, 3, stride=2)
+    graph = check(lambda self, x: conv(F.pad(x, (0, 1, 1, 2))), torch.randn(1, 3, 9, 10))
+    assert "concat" in ops_of(graph)
+    program = PassManager("canonicalize").run(graph)
+    assert "concat" not in ops_of(program.graph)
+    (node,) = [n for n in program.graph.nodes if n.op == "conv2d"]
+    assert tuple(node.attrs["padding"]) == (1, 0) and tuple(node.attrs["padding_end"]) == (2, 1)
+    x = torch.randn(1, 3, 9, 10)
+    np.testing.assert_allclose(run(program.graph, [x.numpy()])[0], conv(F.pad(x, (0, 1, 1, 2))).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)

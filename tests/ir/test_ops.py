@@ -281,12 +281,13 @@ def test_matmul_flops_and_bytes():
     assert node.bytes() == 4 * (20 + 30 + 24)
 
 
-def conv_loop(x, w, stride, padding, dilation, groups):
+def conv_loop(x, w, stride, padding, dilation, groups, padding_end=None):
     n_, c_, h, wd = x.shape
     f_, cg, kh_, kw_ = w.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    oh_ = (h + 2 * ph - dh * (kh_ - 1) - 1) // sh + 1
-    ow_ = (wd + 2 * pw - dw * (kw_ - 1) - 1) // sw + 1
+    eh, ew = padding if padding_end is None else padding_end
+    oh_ = (h + ph + eh - dh * (kh_ - 1) - 1) // sh + 1
+    ow_ = (wd + pw + ew - dw * (kw_ - 1) - 1) // sw + 1
     per_group = f_ // groups
     out = np.zeros((n_, f_, oh_, ow_))
     for n, f, oh, ow in itertools.product(range(n_), range(f_), range(oh_), range(ow_)):
@@ -306,7 +307,8 @@ def test_conv2d_matches_a_direct_loop(data):
     types, attrs, arrays = draw_case(data, "conv2d", dtypes=(F32, I32), max_numel=150)
     normal = get_op("conv2d").normalize_attrs(types, attrs)
     got = run_op("conv2d", arrays, types, **attrs)
-    expected = conv_loop(*arrays, normal["stride"], normal["padding"], normal["dilation"], normal["groups"])
+    expected = conv_loop(*arrays, normal["stride"], normal["padding"], normal["dilation"], normal["groups"],
+                         normal["padding_end"])
     assert got.shape == expected.shape
     close(got, expected, rtol=1e-5, atol=1e-5)
     node_flops = get_op("conv2d").flops(types, normal, [TensorType(got.shape, types[0].dtype)])
@@ -323,6 +325,11 @@ def test_conv2d_hand_example_with_padding_stride_and_groups():
     assert got[0, 0, 0, 0] == first[0:2, 0:2].sum()  # top-left window hangs over the padding
     assert got[0, 0, 1, 1] == first[1:4, 1:4].sum()
     assert got[0, 1, 0, 0] == x[0, 1, 0:2, 0:2].sum()
+    after = run_op("conv2d", [x, w], stride=2, padding=0, padding_end=1, groups=2)  # TF "same": zeros after only
+    assert after.shape == (1, 2, 2, 2)
+    assert after[0, 0, 0, 0] == first[0:3, 0:3].sum() and after[0, 0, 1, 1] == first[2:4, 2:4].sum()
+    with pytest.raises(ShapeError, match="padding non-negative"):
+        run_op("conv2d", [x, w], padding_end=(0, -1), groups=2)
     dilated = run_op("conv2d", [x[:, :1], np.ones((1, 1, 2, 2), np.float32)], dilation=2)
     assert dilated.shape == (1, 1, 2, 2)
     assert dilated[0, 0, 0, 0] == first[0, 0] + first[0, 2] + first[2, 0] + first[2, 2]
@@ -659,8 +666,9 @@ def torch_reference(op, arrays, normal, raw):
     F = torch.nn.functional
     t = [_t(a) for a in arrays]
     if op == "conv2d":
-        return F.conv2d(t[0], t[1], stride=normal["stride"], padding=normal["padding"], dilation=normal["dilation"],
-                        groups=normal["groups"])
+        (ph, pw), end = normal["padding"], normal["padding_end"] or normal["padding"]
+        x = F.pad(t[0], (pw, end[1], ph, end[0]))  # torch's own padding is symmetric
+        return F.conv2d(x, t[1], stride=normal["stride"], dilation=normal["dilation"], groups=normal["groups"])
     if op == "max_pool2d":
         return F.max_pool2d(t[0], normal["kernel"], normal["stride"], normal["padding"])
     if op == "avg_pool2d":

@@ -367,3 +367,50 @@ def test_canonical_and_decomposed_are_checked_properties():
     problems = find_program_problems(claimed)
     assert any("property canonical: %0 (exp) is dead code" in p for p in problems)
     assert any("property decomposed:" in p and "softmax" in p for p in problems)
+
+
+# ----- zero padding into convolutions ---------------------------------------------------------------
+def _zero_padded(b: GraphBuilder, x, pads: tuple[tuple[int, int], tuple[int, int]], fill: float = 0.0):
+    """`x` with constant blocks concatenated around it along W, then H (as the fx frontend converts F.pad)."""
+    for axis, (before, after) in ((3, pads[1]), (2, pads[0])):
+        pieces = []
+        for amount in (before, after):
+            shape = list(x.type.shape)
+            shape[axis] = amount
+            pieces.append(b.constant(fill, x.type.dtype, shape) if amount else None)
+        parts = [p for p in (pieces[0], x, pieces[1]) if p is not None]
+        x = parts[0] if len(parts) == 1 else b.concat(*parts, axis=axis)
+    return x
+
+
+@given(pads=st.tuples(*[st.tuples(st.integers(0, 2), st.integers(0, 2))] * 2),
+       padding=st.tuples(st.integers(0, 1), st.integers(0, 1)), stride=st.integers(1, 2),
+       depthwise=st.booleans())
+def test_zero_padding_moves_into_the_convolution(pads, padding, stride, depthwise):
+    b = GraphBuilder("padded")
+    x = b.input("x", [2, 4, 7, 6])
+    w = b.input("w", [4, 1, 3, 3] if depthwise else [5, 4, 3, 3])
+    y = b.conv2d(_zero_padded(b, x, pads), w, stride=(stride, stride), padding=padding,
+                 groups=4 if depthwise else 1)
+    b.output(b.relu(y))
+    after = run_canon(b.graph)
+    assert "concat" not in ops(after) and "constant" not in ops(after)
+    (conv,) = [n for n in after.nodes if n.op == "conv2d"]
+    assert conv.inputs[0].name == "x"
+    begin = tuple(p + before for p, (before, _) in zip(padding, pads))
+    end = tuple(p + later for p, (_, later) in zip(padding, pads))
+    assert tuple(conv.attrs["padding"]) == begin
+    assert conv.attrs["padding_end"] == (None if begin == end else end)
+    assert_same_results(b.graph, after)
+    assert print_graph(run_canon(after)) == print_graph(after)
+
+
+def test_padding_that_is_not_zeros_along_h_or_w_stays_a_concat():
+    b = GraphBuilder("kept")
+    x, w = b.input("x", [1, 4, 6, 6]), b.input("w", [5, 4, 3, 3])
+    ones = b.conv2d(_zero_padded(b, x, ((1, 1), (0, 0)), fill=1.0), w)
+    channels = b.conv2d(b.concat(x, b.constant(0.0, DType.f32, [1, 1, 6, 6]), axis=1), b.input("v", [5, 5, 3, 3]))
+    b.output(ones, channels)
+    after = run_canon(b.graph)
+    assert ops(after).count("concat") == 2
+    assert_same_results(b.graph, after)
