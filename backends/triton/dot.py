@@ -103,6 +103,8 @@ class DotMixin:
         rows, cols = (plan.ms, plan.ks) if which == 0 else (plan.ks, plan.ns)
         size = {d: self.loops[d].block for d in range(self.R)}
         name = self.fresh(f"{self.tensor(value)}_op")
+        if value in self.env:  # moved in this kernel (a head split's reshape and transpose): load its source
+            value, amap = self.moved_from(value) or (value, amap)
         loops = frozenset(d for e in amap.exprs for d, _ in e.terms)
         scalars = loops - {rows[0], cols[0]}  # loops of one lane here (an implicit-GEMM conv's n, oh, kh, kw)
         if plan.simple and value not in self.env and amap.pad in (None, 0.0) and {rows[0], cols[0]} <= loops \
@@ -132,6 +134,21 @@ class DotMixin:
             [str(math.prod(size[d] for d in rows)), str(math.prod(size[d] for d in cols))]
         self.line(f"{name} = tl.reshape({name}, ({', '.join(dims)}))")
         return name
+
+    def moved_from(self, value):
+        """(kernel input, its map over the kernel loops) when `value` is that input's elements moved by nodes
+        of this kernel that only copy (a body that is its one operand, of the same type: reshape,
+        transpose, broadcast); None otherwise. A dot then loads the input as a plain 2-D block."""
+        while value.producer in self.domain.nodes:
+            p = self.domain.index(value.producer)
+            node, space = value.producer, self.domain.spaces[p]
+            if space is None or len(node.inputs) != 1 or space.body != (Arg(0),) or space.init != (None,) \
+                    or space.inputs[0].pad is not None or node.inputs[0].type.dtype != value.type.dtype:
+                return None
+            value = node.inputs[0]
+            if value in self.pointer:
+                return value, self.domain.compose_map(p, space.inputs[0])
+        return None
 
     def dot_product(self, i: int, plan: DotPlan, acc: str | None = None) -> str:
         """`tl.dot(a, b[, acc])` of node i's operands."""

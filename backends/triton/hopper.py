@@ -40,6 +40,12 @@ def ptx_features(ptx: str) -> dict:
     return {"tensor_cores": cores, "cp_async": "cp.async" in ptx}
 
 
+def _aligned(signature: dict) -> dict:
+    """Every pointer 16-byte aligned, as Triton's dispatch specialises them for torch's allocations and the
+    arena's views (`arena.ALIGN`); without it a bf16 operand could not be loaded with cp.async."""
+    return {(i,): [["tt.divisibility", 16]] for i, kind in enumerate(signature.values()) if kind.startswith("*")}
+
+
 def _load_compiled(text: str, folder: Path):
     """The generated module with @triton.jit compiling for real (TRITON_INTERPRET off while it loads)."""
     path = folder / "tilegraph_aot_module.py"
@@ -92,7 +98,7 @@ def compile_kernels(generated: GeneratedModule, arch: int = 90, warp_size: int =
                 continue
             fn = getattr(module, source.function)
             signature = {name: _POINTER[v.type.dtype.name] for name, v in zip(fn.arg_names, source.args)}
-            kernel = triton.compile(ASTSource(fn, signature, {}), target=target,
+            kernel = triton.compile(ASTSource(fn, signature, {}, _aligned(signature)), target=target,
                                     options={"num_warps": num_warps, "num_stages": num_stages})
             regs, spills = _resources(kernel.asm["cubin"])
             records.append(CompiledKernel(source.function, int(kernel.metadata.shared), regs, spills,
@@ -147,7 +153,8 @@ def _main(request_path: str) -> None:
         module = _load_compiled(text, Path(folder))
         for function, pointers, (warps, stages) in zip(request["functions"], request["pointers"], request["configs"]):
             fn = getattr(module, function)
-            kernel = triton.compile(ASTSource(fn, dict(zip(fn.arg_names, pointers)), {}), target=target,
+            signature = dict(zip(fn.arg_names, pointers))
+            kernel = triton.compile(ASTSource(fn, signature, {}, _aligned(signature)), target=target,
                                     options={"num_warps": warps, "num_stages": stages})
             regs, spills = _resources(kernel.asm["cubin"])
             records.append(dict(function=function, shared_bytes=int(kernel.metadata.shared), registers=regs,

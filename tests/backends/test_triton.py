@@ -62,6 +62,20 @@ def test_matmul_and_conv_use_tl_dot():
         assert any(s is not None and s.uses_dot for s in fn.generated.kernels)
 
 
+def test_a_dot_operand_moved_in_the_kernel_loads_from_its_source():
+    """A transpose (a head split's reshape and transpose) fused before a matmul only moves elements: the
+    dot loads its source as a plain 2-D block, not the moved copy reshaped in registers."""
+    graph = parse("""def f(a: f32[2, 24, 32], b: f32[2, 40, 32]) -> f32[2, 24, 40] {
+        return relu(batch_matmul(a, transpose(b, perm=[0, 2, 1])))
+    }""")
+    fn = check(graph)
+    (kernel,) = fn.program.kernels
+    assert [n.op for n in kernel.nodes] == ["transpose", "batch_matmul", "relu"]
+    operands = [line for line in fn.source.splitlines() if "_op = " in line]
+    assert len(operands) == 2 and all("tl.load(" in line for line in operands)
+    assert any("b_ptr" in line for line in operands) and "tl.permute" not in fn.source
+
+
 def test_grouped_matmul_tiles_with_ragged_edges():
     graph = parse("""def f(x: f32[300, 50], w: f32[50, 40], b: f32[40]) -> f32[300, 40] { return relu(x @ w + b) }""")
     program = PassManager("canonicalize,fuse").run(graph)

@@ -129,10 +129,7 @@ def kernel_k7(v4_ptr, self_attention_q_ptr, self_attention_v_ptr, v33_ptr):
     v49 = tl.broadcast_to(v4, (1, 1, 1, 64, 32))
     v29_acc = tl.zeros((16, 64), dtype=tl.float32)
     self_attention_q_op = tl.load(self_attention_q_ptr + (iv0[:, None]) * 2048 + (iv1[:, None]) * 32 + (iv4[None, :]))
-    v49_op = tl.broadcast_to(v49, (1, 1, 1, 64, 32))
-    v49_op = tl.reshape(v49_op, (64, 32,))
-    v49_op = tl.permute(v49_op, (1, 0,))
-    v49_op = tl.reshape(v49_op, (32, 64))
+    v49_op = tl.load(v4_ptr + (iv3[None, :]) * 128 + (iv0[:, None]) * 32 + (iv4[:, None]))
     v29_acc = tl.dot(self_attention_q_op, v49_op, v29_acc, input_precision="ieee")
     v29 = v29_acc
     v29 = tl.reshape(v29, (1, 16, 1, 64, 1))
