@@ -197,7 +197,12 @@ class RegisterBlocks(FlatRows):
         masked = vector and flat is None and mr in mus and any(n < nr for n in nvs)
         if masked and channels is None:  # a partial block along v: masked rows
             variants.append((f"mu == {mr}", vector_variant(masked=True)))
-        scalar = (mr, nr) != (1, 1) and (mus != {mr} or (nvs != {nr} and not vector)) and channels is None
+        tails = sorted(mus - {mr}, reverse=True) if vector and flat is None and channels is None and nr > 1 else []
+        for rows in tails:  # the last rows of a range (14 = 8 + 6) as a vector block too, not scalar
+            variants.append((f"mu == {rows}", vector_variant(rows, masked=True)))
+        masked = masked or bool(tails)
+        scalar = (mr, nr) != (1, 1) and (mus - {mr} - set(tails) or (nvs != {nr} and not vector)) \
+            and channels is None
         if scalar:  # partial along u (or v, without vectors): a scalar block of mu x nv
             variants.append((None, lambda: block("mu", "nv")))
         tests = " ".join(test for test, _ in variants if test)

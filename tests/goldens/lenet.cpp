@@ -250,7 +250,6 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
                   const int64_t mu = tg_lmin(8, 14 - b2);
                   const int64_t nv = tg_lmin(16, 14 - b3);
                   // register blocks: mu in {8, 6}, nv in {14}
-                  float acc0[8][16];
                   if (mu == 8) {
                     tg_vf vacc[8][1];
                     float row[16];
@@ -277,27 +276,30 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
                       for (int64_t vv = 0; vv < nv; ++vv) p1_tile[1176 * (i0 - lo0) + 196 * i1 + 14 * (b2 + uu) + (b3 + vv)] = row[vv];
                     }
                   }
-                  else {
-                    for (int64_t uu = 0; uu < mu; ++uu) {
-                      for (int64_t vv = 0; vv < nv; ++vv) {
-                        acc0[uu][vv] = ((float)(-INFINITY));
-                      }
+                  else if (mu == 6) {
+                    tg_vf vacc[6][1];
+                    float row[16];
+#pragma GCC unroll 6
+                    for (int64_t uu = 0; uu < 6; ++uu) {
+                      for (int64_t vv = 0; vv < 16; ++vv) row[vv] = vv < nv ? (((float)(-INFINITY))) : 0.0f;
+                      for (int64_t q = 0; q < 1; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                     }
                     for (int64_t i4 = 0; i4 < 2; ++i4) {
                       for (int64_t i5 = 0; i5 < 2; ++i5) {
-                        for (int64_t uu = 0; uu < mu; ++uu) {
-#pragma omp simd
-                          for (int64_t vv = 0; vv < nv; ++vv) {
-                            const float a0 = v2[4704 * i0 + 784 * i1 + 56 * (b2 + uu) + 2 * (b3 + vv) + 28 * i4 + i5];
-                            acc0[uu][vv] = tg_max(acc0[uu][vv], a0);
+#pragma GCC unroll 6
+                        for (int64_t uu = 0; uu < 6; ++uu) {
+                          tg_vf a0[1]; { const int64_t lane_lo = 0; const int64_t lane_hi = nv; tg_load_even_lanes(a0, &v2[4704 * i0 + 784 * i1 + 56 * (b2 + uu) + 2 * b3 + 28 * i4 + i5], lane_lo, lane_hi, 1, ((float)0.0)); }
+#pragma GCC unroll 1
+                          for (int64_t q = 0; q < 1; ++q) {
+                            vacc[uu][q] = tg_max(vacc[uu][q], a0[q]);
                           }
                         }
                       }
                     }
-                    for (int64_t uu = 0; uu < mu; ++uu) {
-                      for (int64_t vv = 0; vv < nv; ++vv) {
-                        p1_tile[1176 * (i0 - lo0) + 196 * i1 + 14 * (b2 + uu) + (b3 + vv)] = acc0[uu][vv];
-                      }
+#pragma GCC unroll 6
+                    for (int64_t uu = 0; uu < 6; ++uu) {
+                      for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
+                      for (int64_t vv = 0; vv < nv; ++vv) p1_tile[1176 * (i0 - lo0) + 196 * i1 + 14 * (b2 + uu) + (b3 + vv)] = row[vv];
                     }
                   }
                 }
