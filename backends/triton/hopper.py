@@ -32,12 +32,17 @@ class CompiledKernel:
     ptx_lines: int
     tensor_cores: str = "none"  # "wgmma", "mma" (mma.sync) or "none"
     cp_async: bool = False  # loads staged through shared memory by cp.async
+    cp_async_bytes: int = 0  # the widest of those copies (16: whole vectors)
+
+
+_CP_ASYNC = re.compile(r"cp\.async\.c[ag]\.shared\.global(?:\.[\w:]+)*\s*\[[^\]]*\],\s*\[[^\]]*\],\s*(0x[0-9a-fA-F]+|\d+)")
 
 
 def ptx_features(ptx: str) -> dict:
-    """What a kernel's PTX runs on: its tensor-core instruction family and whether it uses cp.async."""
+    """What a kernel's PTX runs on: its tensor-core instruction family, and its cp.async copies."""
     cores = "wgmma" if "wgmma.mma_async" in ptx else "mma" if "mma.sync" in ptx else "none"
-    return {"tensor_cores": cores, "cp_async": "cp.async" in ptx}
+    sizes = [int(size, 0) for size in _CP_ASYNC.findall(ptx)]
+    return {"tensor_cores": cores, "cp_async": "cp.async" in ptx, "cp_async_bytes": max(sizes, default=0)}
 
 
 def _aligned(signature: dict) -> dict:

@@ -21,6 +21,7 @@ Masked lanes read the map's pad (or 0) and are replaced by the reduction's ident
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tilegraph.ir import TilegraphError
@@ -109,8 +110,10 @@ class KernelEmitter(DotMixin, AttentionMixin):
     """Emits one kernel; `emit()` returns its KernelSource."""
 
     def __init__(self, kernel: Kernel, domain, function: str, interpreter: bool = False,
-                 names: dict[Value, str] | None = None, options: TritonOptions | None = None) -> None:
+                 names: dict[Value, str] | None = None, options: TritonOptions | None = None,
+                 layouts: Mapping[Value, tuple[int, ...]] | None = None) -> None:
         self.kernel, self.domain, self.function = kernel, domain, function
+        self.layouts = layouts or {}  # parameters stored with their axes in this order (`packing.py`)
         self.options = options if options is not None else TritonOptions.from_torch()
         # tensors as the module names them (`names.tensor_names`); blocks inside the kernel are
         # called after the value they hold, pointers `<tensor>_ptr`, in the kernel's own scope
@@ -227,11 +230,12 @@ class KernelEmitter(DotMixin, AttentionMixin):
         return "(" + " + ".join(parts) + ")"
 
     def offsets(self, value: Value, amap: AffineMap, names: dict[int, str] | None = None) -> str:
-        strides, step = [], 1
-        for size in reversed(value.type.shape):
-            strides.append(step)
-            step *= size
-        strides.reverse()
+        """The element offsets `amap` selects in `value`'s memory (row-major, or in its packed axis order)."""
+        order = self.layouts.get(value, tuple(range(value.type.rank)))
+        strides, step = [0] * len(order), 1
+        for axis in reversed(order):
+            strides[axis] = step
+            step *= value.type.shape[axis]
         terms = [f"{self.affine(e, names)} * {s}" if s != 1 else self.affine(e, names)
                  for e, s in zip(amap.exprs, strides) if e.terms or e.const]
         return " + ".join(([] if names else ["zr"]) + terms)
@@ -443,7 +447,9 @@ class KernelEmitter(DotMixin, AttentionMixin):
         for k, plan in enumerate(self.loops):
             block = f", block {plan.block}" if plan.block != plan.tile else ""
             parts.append(f"d{k}={plan.tile} ({plan.kind}{block})")
-        return f"# tile: {', '.join(parts)}"
+        packed = "".join(f"; {self.tensor(v)} stored as axes {list(order)}" for v, order in self.layouts.items()
+                         if v in self.pointer)
+        return f"# tile: {', '.join(parts)}{packed}"
 
     def reduction_loops(self, loops: tuple[int, ...]) -> tuple[int, ...]:
         """Open a `for` per reduction loop of several tiles (one-tile loops are defined up front); loops
@@ -507,11 +513,13 @@ class KernelEmitter(DotMixin, AttentionMixin):
 
 
 def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False,
-                names: dict[Value, str] | None = None, options: TritonOptions | None = None) -> KernelSource:
+                names: dict[Value, str] | None = None, options: TritonOptions | None = None,
+                layouts: Mapping[Value, tuple[int, ...]] | None = None) -> KernelSource:
     """The `@triton.jit` source of one structured kernel (raises TilegraphError when unsupported);
     `names`: the module's tensor names (default: from the values' IR names); `options`: the build's
-    (default: torch's precision flags now, `TritonOptions.from_torch`)."""
-    return KernelEmitter(kernel, domain, function, interpreter, names, options).emit()
+    (default: torch's precision flags now, `TritonOptions.from_torch`); `layouts`: parameters stored
+    with permuted axes (`packing.plan_layouts`)."""
+    return KernelEmitter(kernel, domain, function, interpreter, names, options, layouts).emit()
 
 
 __all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2", "MAX_NUMEL"]

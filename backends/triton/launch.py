@@ -22,6 +22,8 @@ from typing import Any
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Value
 
+from .packing import permuted
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -58,12 +60,15 @@ class Launcher:
         self._inputs = [slot(v) for v in graph.inputs]
         self._input_types = [(v.type.shape, torch_dtype(v.type.dtype)) for v in graph.inputs]
         given = dict(params or {})
+        layouts = program.generated.layouts
         bound = []
         for value, array in program.params.items():
             if value in names:
                 tensor = given.get(value)
-                bound.append((slot(value), tensor if tensor is not None else program.to_torch(array, value.type.dtype,
-                                                                                               device)))
+                tensor = tensor if tensor is not None else program.to_torch(array, value.type.dtype, device)
+                if value in layouts:  # stored as the kernels read it (`packing.py`): a copy, made once
+                    tensor = permuted(tensor, layouts[value])
+                bound.append((slot(value), tensor))
         self.steps = [Step(function, tuple(slot(v) for v in reads), tuple(slot(v) for v in writes), position)
                       for position, (function, (reads, writes)) in enumerate(zip(module.STEPS, program.generated.steps))]
         self._outputs = [slot(v) for v in graph.outputs]

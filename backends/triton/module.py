@@ -22,7 +22,7 @@ on the Program, so the same Program always gives the same source.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilegraph.backends.arena import Arena, plan_arena
 from tilegraph.ir import TilegraphError
@@ -33,6 +33,7 @@ from tilegraph.ir.types import DType
 from .autotune import canonical
 from .kernel import KernelSource, emit_kernel
 from .options import TritonOptions
+from .packing import plan_layouts
 from .names import identifier, kernel_functions, mangle, tensor_names
 from .scalar import HELPERS
 
@@ -58,6 +59,7 @@ class GeneratedModule:
     kernels: list[KernelSource | None]  # None for a layout step
     arena: Arena
     steps: list[tuple[tuple[Value, ...], tuple[Value, ...]]]  # per step: tensors it reads, it returns
+    layouts: dict[Value, tuple[int, ...]] = field(default_factory=dict)  # parameters bound with their axes so
 
 
 def _shape(value: Value) -> str:
@@ -131,6 +133,7 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     names, _ = tensor_names(program)
     functions = kernel_functions(program)
     arena = plan_arena(program, program.kernels)
+    layouts = plan_layouts(program, options)
     kernels: list[str] = []
     steps: list[str] = []
     step_names: list[str] = []
@@ -151,7 +154,7 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
             steps.extend(_layout_step(kernel, names, arena))
             sources.append(None)
         else:
-            source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names, options)
+            source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names, options, layouts)
             sources.append(source)
             same = first_of.setdefault(canonical(source.text), source.function)
             if same == source.function:
@@ -180,8 +183,11 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     parts.extend(steps)
     parts.append(f"STEPS = [{', '.join(step_names)}]")
     parts.append(f"ARENA_BYTES = {arena.size}  # {arena.source}")
+    if layouts:
+        packed = ", ".join(f"{names[v]}: {list(order)}" for v, order in layouts.items())
+        parts.append(f"# parameters bound with permuted axes: {packed}")
     parts.append(f"# outputs: {', '.join(names[v] for v in graph.outputs)}")
-    return GeneratedModule("\n".join(parts) + "\n", names, sources, arena, io)
+    return GeneratedModule("\n".join(parts) + "\n", names, sources, arena, io, layouts)
 
 
 def _tuple(items) -> str:

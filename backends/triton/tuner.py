@@ -61,7 +61,7 @@ def variant_functions(compiled, position: int, source, chosen: list[variants.Var
     emitted = []
     for n, variant in enumerate(chosen):
         emitted.append((variant, variants.emit_variant(kernel, variant, f"{source.function}_v{n}", _interpreting(),
-                                                       compiled.generated.names, options)))
+                                                       compiled.generated.names, options, compiled.generated.layouts)))
     text = compiled.source + "\n\n" + "\n\n".join(s.text for _, s in emitted)
     module = load_module(text)
     return [(variant, getattr(module, s.function), s.grid) for variant, s in emitted]

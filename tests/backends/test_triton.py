@@ -76,6 +76,28 @@ def test_a_dot_operand_moved_in_the_kernel_loads_from_its_source():
     assert any("b_ptr" in line for line in operands) and "tl.permute" not in fn.source
 
 
+def test_dot_weights_are_bound_k_major_and_read_through_their_permuted_strides():
+    """A 3x3 convolution's weight w[f, c, kh, kw] is bound as w[kh, kw, f, c] (`packing.py`): its [c, f]
+    blocks are then contiguous along the reduction. A weight also read elementwise, or by a torch layout
+    step, keeps its own layout. Results equal the reference either way."""
+    from tilegraph.backends.triton.packing import plan_layouts
+
+    graph = parse("""def f(x: f32[2, 16, 10, 10]) -> (f32[2, 32, 10, 10], f32[32, 16, 3, 3], f32[2, 32, 10, 10]) {
+        param w: f32[32, 16, 3, 3]
+        param v: f32[32, 16, 3, 3]
+        param u: f32[32, 16, 3, 3]
+        return relu(conv2d(x, w, padding=[1, 1])), v * 2.0, conv2d(x, v, padding=[1, 1]) + conv2d(x, u, padding=[1, 1])
+    }""")
+    fn = check(graph)
+    layouts = {v.name: order for v, order in fn.generated.layouts.items()}
+    assert layouts.get("w") == (2, 3, 0, 1) and "v" not in layouts
+    assert layouts == {v.name: o for v, o in plan_layouts(fn.program, fn.options).items()}
+    assert "w stored as axes [2, 3, 0, 1]" in fn.source
+    bound = fn.launcher()._env[fn.launcher()._slots[fn.generated.names[next(v for v in fn.params if v.name == "w")]]]
+    want = np.transpose(next(a for v, a in fn.params.items() if v.name == "w"), (2, 3, 0, 1))
+    np.testing.assert_array_equal(bound.numpy(), want)
+
+
 def test_grouped_matmul_tiles_with_ragged_edges():
     graph = parse("""def f(x: f32[300, 50], w: f32[50, 40], b: f32[40]) -> f32[300, 40] { return relu(x @ w + b) }""")
     program = PassManager("canonicalize,fuse").run(graph)
@@ -217,6 +239,9 @@ def test_convolutions_fit_hopper_shared_memory(example, tmp_path, monkeypatch):
         assert record.shared_bytes <= 232448, record
         if record.function in dots:  # every convolution an implicit GEMM on tensor cores, loads pipelined
             assert record.tensor_cores in ("wgmma", "mma") and record.cp_async and not record.spills, record
+    if example == "resnet_block":  # its 3x3 weights, stored K-major (`packing.py`), staged in whole vectors
+        assert fn.generated.layouts and all(r.cp_async_bytes == 16 for r in fn.gpu_resources.values()
+                                            if r.function in dots)
 
 
 # ----- source: names, determinism, errors ------------------------------------------------------------

@@ -289,8 +289,8 @@ def test_variants_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
         (position,) = [i for i, s in enumerate(generated.kernels) if s is not None and s.uses_dot]
         kernel, function = fn.program.kernels[position], generated.kernels[position].function
         proposed = variants.dot_variants(kernel, fn.program.target)[:3]
-        emitted = [variants.emit_variant(kernel, v, f"{function}_v{n}", False, generated.names)
-                   for n, v in enumerate(proposed)]
+        emitted = [variants.emit_variant(kernel, v, f"{function}_v{n}", False, generated.names,
+                                         layouts=generated.layouts) for n, v in enumerate(proposed)]
         module = GeneratedModule(generated.text + "\n\n" + "\n\n".join(e.text for e in emitted), generated.names,
                                  emitted, generated.arena, generated.steps)
         records = hopper.compile_kernels_isolated(module, arch=90, configs=[(4, 3)] * len(emitted))

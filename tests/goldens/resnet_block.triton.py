@@ -8,7 +8,7 @@ def _view(arena, offset, nbytes, shape, dtype):
 
 @triton.jit
 def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_mean_ptr, conv_bn_beta_ptr, conv_bn_1_var_ptr, conv_bn_1_gamma_ptr, h_ptr, v22_ptr):
-    # tile: d0=32 (parallel), d1=16 (parallel), d2=1 (parallel), d3=32 (parallel), d4=64 (reduction), d5=1 (reduction), d6=1 (reduction)
+    # tile: d0=32 (parallel), d1=16 (parallel), d2=1 (parallel), d3=32 (parallel), d4=64 (reduction), d5=1 (reduction), d6=1 (reduction); conv_bn_w stored as axes [2, 3, 0, 1]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1, 1), dtype=tl.int32)
     iv4 = 0 + tl.arange(0, 64)
@@ -53,7 +53,7 @@ def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_
             iv6 = rb6 + tl.arange(0, 1)
             ix6 = iv6[None, None, None, None, None, None, :]
             x_op = tl.load(x_ptr + (iv4[None, :]) * 1024 + (iv2[:, None] + iv5[:, None] + -1) * 32 + (iv3[:, None] + iv6[:, None] + -1), mask=((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32) & ((iv3[:, None] + iv6[:, None] + -1) >= 0) & ((iv3[:, None] + iv6[:, None] + -1) < 32), other=0.0)
-            conv_bn_w_op = tl.load(conv_bn_w_ptr + (iv1[None, :]) * 576 + (iv4[:, None]) * 9 + (iv5[:, None]) * 3 + (iv6[:, None]))
+            conv_bn_w_op = tl.load(conv_bn_w_ptr + (iv1[None, :]) * 64 + (iv4[:, None]) + (iv5[:, None]) * 12288 + (iv6[:, None]) * 4096)
             v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="tf32")
     v0 = v0_acc
     v0 = tl.trans(v0)
@@ -66,7 +66,7 @@ def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_
 
 @triton.jit
 def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_mean_ptr, v22_ptr, conv_bn_1_beta_ptr, x_ptr, v5_ptr):
-    # tile: d0=16 (parallel), d1=1 (parallel), d2=16 (parallel), d3=64 (reduction), d4=1 (reduction), d5=1 (reduction)
+    # tile: d0=16 (parallel), d1=1 (parallel), d2=16 (parallel), d3=64 (reduction), d4=1 (reduction), d5=1 (reduction); conv_bn_1_w stored as axes [2, 3, 0, 1]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
     iv3 = 0 + tl.arange(0, 64)
@@ -95,7 +95,7 @@ def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_mean_ptr, v22_ptr, conv_bn_1_bet
             iv5 = rb5 + tl.arange(0, 1)
             ix5 = iv5[None, None, None, None, None, :]
             h_op = tl.load(h_ptr + (iv3[None, :]) * 1024 + (iv1[:, None] + iv4[:, None] + -1) * 32 + (iv2[:, None] + iv5[:, None] + -1), mask=((iv1[:, None] + iv4[:, None] + -1) >= 0) & ((iv1[:, None] + iv4[:, None] + -1) < 32) & ((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32), other=0.0)
-            conv_bn_1_w_op = tl.load(conv_bn_1_w_ptr + (iv0[None, :]) * 576 + (iv3[:, None]) * 9 + (iv4[:, None]) * 3 + (iv5[:, None]))
+            conv_bn_1_w_op = tl.load(conv_bn_1_w_ptr + (iv0[None, :]) * 64 + (iv3[:, None]) + (iv4[:, None]) * 12288 + (iv5[:, None]) * 4096)
             v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="tf32")
     v2 = v2_acc
     v2 = tl.trans(v2)
@@ -127,4 +127,5 @@ def step_k1(dev, warps, stages, arena, h, conv_bn_1_w, conv_bn_1_mean, v22, conv
 
 STEPS = [step_k0, step_k1]
 ARENA_BYTES = 262400  # liveness
+# parameters bound with permuted axes: conv_bn_w: [2, 3, 0, 1], conv_bn_1_w: [2, 3, 0, 1]
 # outputs: v5

@@ -1,0 +1,86 @@
+"""Parameters stored with their axes permuted, so that a tl.dot loads them as contiguous 2-D blocks.
+
+An implicit-GEMM convolution walks kh and kw one at a time and reads its weight w[f, c, kh, kw] as a
+[c, f] block per step: 9 elements apart along c and 576 along f for a 3x3 convolution over 64
+channels, so every element of the block is its own memory sector. Stored as w[kh, kw, f, c], the
+same block is contiguous along c, the reduction: K-major, as Hopper's wgmma reads TF32 operands
+from shared memory, so cp.async stages it in 16-byte vectors (the sm_90 build of the ResNet
+block's convolutions: 4-byte copies before). `plan_layouts` picks, per parameter, the axis order its
+dot reads want: the axes of loops walked one at a time first, then its M (or N) axes, then K. A
+parameter that two reads want in
+different orders, that a layout step (torch) reads, or that no straight dot reads keeps its own
+layout. The launcher binds the permuted copy once (`permuted`); every address the kernels compute
+for the parameter uses the permuted strides (`KernelEmitter.offsets`). Like the C++ backend's
+weight packs, this is how the backend lays out data it owns, not a decision of the Program's.
+"""
+from __future__ import annotations
+
+from tilegraph.ir.graph import Value, ValueKind
+from tilegraph.ir.program import Program
+
+from .options import TritonOptions
+
+
+def _wanted(emitter, i: int, plan, which: int) -> tuple[Value, tuple[int, ...]] | None:
+    """(parameter, axis order) operand `which` of dot node i wants, or None (not a parameter, or its map
+    is not one loop per axis)."""
+    node, space = emitter.domain.nodes[i], emitter.domain.spaces[i]
+    value = node.inputs[plan.args[which]]
+    if value.kind is not ValueKind.PARAM or not plan.simple:
+        return None
+    amap = emitter.domain.compose_map(i, space.inputs[plan.args[which]])
+    if amap.pad is not None or any(len(e.terms) != 1 or e.const or e.terms[0][1] != 1 for e in amap.exprs):
+        return None
+    loop_of = [e.terms[0][0] for e in amap.exprs]
+    rank = {d: 0 for d in loop_of if emitter.loops[d].block == 1}
+    rank.update({d: 1 for d in (plan.ms if which == 0 else plan.ns)})
+    rank.update({d: 2 for d in plan.ks})
+    if any(d not in rank for d in loop_of):
+        return None
+    order = tuple(sorted(range(len(loop_of)), key=lambda axis: (rank[loop_of[axis]], axis)))
+    return value, order
+
+
+def plan_layouts(program: Program, options: TritonOptions) -> dict[Value, tuple[int, ...]]:
+    """Parameter -> the axis order it is stored in (`perm` of a transpose), for those not kept as they are."""
+    from .kernel import KernelEmitter
+
+    wanted: dict[Value, set[tuple[int, ...]]] = {}
+    kept: set[Value] = set()
+    for kernel in program.kernels:
+        if not kernel.domain.structured:
+            kept.update(kernel.inputs)  # read by torch code as it is
+            continue
+        if kernel.template is not None:
+            kept.update(kernel.inputs)
+            continue
+        emitter = KernelEmitter(kernel, kernel.domain, "kernel_layout", options=options)
+        reads: dict[Value, set[tuple[int, ...]]] = {}
+        for i in range(len(kernel.domain.nodes)):
+            plan = emitter.dot_plan(i)
+            for which in (0, 1):
+                found = _wanted(emitter, i, plan, which) if plan is not None else None
+                if found is not None:
+                    reads.setdefault(found[0], set()).add(found[1])
+        for value in kernel.inputs:
+            if value.kind is ValueKind.PARAM:
+                if value in reads and sum(n.inputs.count(value) for n in kernel.nodes) == 1:
+                    wanted.setdefault(value, set()).update(reads[value])
+                else:
+                    kept.add(value)  # also read elementwise, or twice: its own layout
+    return {value: orders.pop() for value, orders in wanted.items()
+            if value not in kept and len(orders) == 1 and _moves(value, next(iter(orders)))}
+
+
+def _moves(value: Value, order: tuple[int, ...]) -> bool:
+    """Whether storing `value` with its axes in `order` moves any element (axes of one element do not)."""
+    shape = value.type.shape
+    return [a for a in order if shape[a] > 1] != [a for a in range(len(shape)) if shape[a] > 1]
+
+
+def permuted(tensor, order: tuple[int, ...]):
+    """The parameter as the kernels read it: its axes in `order`, contiguous (a copy)."""
+    return tensor.permute(*order).contiguous()
+
+
+__all__ = ["plan_layouts", "permuted"]
