@@ -447,7 +447,8 @@ class KernelEmitter(DotMixin, AttentionMixin):
         for k, plan in enumerate(self.loops):
             block = f", block {plan.block}" if plan.block != plan.tile else ""
             parts.append(f"d{k}={plan.tile} ({plan.kind}{block})")
-        packed = "".join(f"; {self.tensor(v)} stored as axes {list(order)}" for v, order in self.layouts.items()
+        # the pointer's name, not the tensor's: repeated layers' kernels stay equal up to names (one compile)
+        packed = "".join(f"; {self.pointer[v]} stored as axes {list(order)}" for v, order in self.layouts.items()
                          if v in self.pointer)
         return f"# tile: {', '.join(parts)}{packed}"
 

@@ -92,10 +92,21 @@ def test_dot_weights_are_bound_k_major_and_read_through_their_permuted_strides()
     layouts = {v.name: order for v, order in fn.generated.layouts.items()}
     assert layouts.get("w") == (2, 3, 0, 1) and "v" not in layouts
     assert layouts == {v.name: o for v, o in plan_layouts(fn.program, fn.options).items()}
-    assert "w stored as axes [2, 3, 0, 1]" in fn.source
+    assert "w_ptr stored as axes [2, 3, 0, 1]" in fn.source
     bound = fn.launcher()._env[fn.launcher()._slots[fn.generated.names[next(v for v in fn.params if v.name == "w")]]]
     want = np.transpose(next(a for v, a in fn.params.items() if v.name == "w"), (2, 3, 0, 1))
     np.testing.assert_array_equal(bound.numpy(), want)
+
+
+def test_repeated_layers_with_permuted_weights_share_one_function():
+    graph = parse("""def f(x: f32[32, 64]) -> f32[32, 64] {
+        param w1: f32[64, 64]
+        param w2: f32[64, 64]
+        return relu(relu(x @ w1) @ w2)
+    }""")
+    fn = tilegraph.compile(graph, target="triton")
+    assert len(fn.generated.layouts) == 2
+    assert fn.source.count("@triton.jit") == 1 and " = kernel_" in fn.source, "the second layer aliases the first"
 
 
 def test_grouped_matmul_tiles_with_ragged_edges():

@@ -8,7 +8,7 @@ def _view(arena, offset, nbytes, shape, dtype):
 
 @triton.jit
 def kernel_k0(x_ptr, w1_ptr, b1_ptr, h_ptr):
-    # tile: d0=16 (parallel), d1=32 (parallel), d2=256 (reduction); w1 stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=32 (parallel), d2=256 (reduction); w1_ptr stored as axes [1, 0]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
     iv2 = 0 + tl.arange(0, 256)
@@ -34,7 +34,7 @@ def kernel_k0(x_ptr, w1_ptr, b1_ptr, h_ptr):
 
 @triton.jit
 def kernel_k1(h_ptr, w2_ptr, x_ptr, v3_ptr):
-    # tile: d0=16 (parallel), d1=16 (parallel), d2=512 (reduction); w2 stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=16 (parallel), d2=512 (reduction); w2_ptr stored as axes [1, 0]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
     base1 = (pid % 16) * 16

@@ -8,7 +8,7 @@ def _view(arena, offset, nbytes, shape, dtype):
 
 @triton.jit
 def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_mean_ptr, conv_bn_beta_ptr, conv_bn_1_var_ptr, conv_bn_1_gamma_ptr, h_ptr, v22_ptr):
-    # tile: d0=32 (parallel), d1=16 (parallel), d2=1 (parallel), d3=32 (parallel), d4=64 (reduction), d5=1 (reduction), d6=1 (reduction); conv_bn_w stored as axes [2, 3, 0, 1]
+    # tile: d0=32 (parallel), d1=16 (parallel), d2=1 (parallel), d3=32 (parallel), d4=64 (reduction), d5=1 (reduction), d6=1 (reduction); conv_bn_w_ptr stored as axes [2, 3, 0, 1]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1, 1), dtype=tl.int32)
     iv4 = 0 + tl.arange(0, 64)
@@ -66,7 +66,7 @@ def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_
 
 @triton.jit
 def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_mean_ptr, v22_ptr, conv_bn_1_beta_ptr, x_ptr, v5_ptr):
-    # tile: d0=16 (parallel), d1=1 (parallel), d2=16 (parallel), d3=64 (reduction), d4=1 (reduction), d5=1 (reduction); conv_bn_1_w stored as axes [2, 3, 0, 1]
+    # tile: d0=16 (parallel), d1=1 (parallel), d2=16 (parallel), d3=64 (reduction), d4=1 (reduction), d5=1 (reduction); conv_bn_1_w_ptr stored as axes [2, 3, 0, 1]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
     iv3 = 0 + tl.arange(0, 64)
