@@ -52,10 +52,9 @@ def build(name: str):
     import tilegraph
     from tilegraph.frontends.fx import from_module
 
-    model = next(m for m in WHOLE_MODELS if m.name == name)
-    module, inputs = model.build(1, False, LAYERS if model.layered else None)
+    module, inputs = next(m for m in WHOLE_MODELS if m.name == name).build_in("f32", 1, layers=LAYERS)
     with torch.no_grad():
-        graph = from_module(module.eval(), inputs)
+        graph = from_module(module, inputs)
     return tilegraph.compile(graph, target="triton"), inputs
 
 

@@ -43,6 +43,15 @@ class WholeModel:
     small: bool  # cheap enough to run at every batch in a quick run
     layered: bool = False  # `layers` applies
 
+    def build_in(self, dtype: str, batch: int, tiny: bool = False, layers: int | None = None):
+        """`build`, in eval mode, its module and floating inputs in `dtype` ("f32" or "bf16")."""
+        module, inputs = self.build(batch, tiny, layers if self.layered else None)
+        module = module.eval()
+        if dtype == "bf16":
+            module = module.to(torch.bfloat16)
+            inputs = tuple(x.to(torch.bfloat16) if x.is_floating_point() else x for x in inputs)
+        return module, inputs
+
 
 def _basic_block(batch: int, tiny: bool, layers: int | None):
     from zoo_models import init_weights

@@ -275,11 +275,7 @@ def model_case(torch, model, batch: int, dtype: str, layers: int | None) -> dict
     module on the device."""
     from tilegraph.frontends.fx import from_module
 
-    module, inputs = model.build(batch, DRY_RUN, layers)
-    module = module.eval()
-    if dtype == "bf16":
-        module = module.to(torch.bfloat16)
-        inputs = tuple(x.to(torch.bfloat16) if x.is_floating_point() else x for x in inputs)
+    module, inputs = model.build_in(dtype, batch, DRY_RUN, layers)
     with torch.no_grad():
         graph = from_module(module, inputs)
     module = module.to(DEVICE)

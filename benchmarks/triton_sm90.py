@@ -1,0 +1,105 @@
+"""What the Triton backend's whole-model kernels become on Hopper, without a GPU: every kernel compiled
+for sm_90 (`TritonProgram.compile_ahead`, Triton's bundled ptxas) and read back.
+
+    python benchmarks/triton_sm90.py                 # writes benchmarks/results/triton_sm90.md
+    python benchmarks/triton_sm90.py --only resnet50 # some models (comma-separated)
+
+Per model (`torch_models.WHOLE_MODELS`, transformers with 2 of their layers at full width, as
+`triton_gpu.py --quick` runs them) at batch 32 and 1, in f32 and bf16, at the Program's own tiles and the
+default launch configuration (4 warps, 2 stages; before any tuning), f32 products in TF32 (as
+`triton_gpu.py` allows on both sides): how many distinct kernels, how
+many run `tl.dot` and on which tensor-core instructions (`wgmma`, Hopper's; `mma.sync`; none), how
+many stage loads with `cp.async` (what the software pipeliner overlaps with the math), registers, spills
+and shared memory. No times: this is the static half of issue 20, the GPU tables are the other.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+RESULTS = Path(__file__).resolve().parent / "results" / "triton_sm90.md"
+LAYERS = 2
+PLAN = ((32, "f32"), (32, "bf16"), (1, "f32"))
+
+
+def row(name: str, batch: int, dtype: str) -> str:
+    import torch
+    from torch_models import WHOLE_MODELS
+
+    import tilegraph
+    from tilegraph.backends.triton.autotune import canonical
+    from tilegraph.frontends.fx import from_module
+
+    model = next(m for m in WHOLE_MODELS if m.name == name)
+    module, inputs = model.build_in(dtype, batch, layers=LAYERS)
+    with torch.no_grad():
+        graph = from_module(module, inputs)
+    fn = tilegraph.compile(graph, target="triton")
+    start = time.perf_counter()
+    records = {r.function: r for r in fn.compile_ahead(90)}
+    seconds = time.perf_counter() - start
+    first: dict[str, object] = {}  # kernel text up to names -> its first source (a repeated layer's are aliases)
+    for source in fn.generated.kernels:
+        if source is not None:
+            first.setdefault(canonical(source.text), source)
+    distinct = [source.function for source in first.values()]
+    dots = [records[source.function] for source in first.values() if source.uses_dot]
+    cores = {kind: sum(r.tensor_cores == kind for r in dots) for kind in ("wgmma", "mma", "none")}
+    kept = [records[f] for f in distinct]
+    spills = sum(1 for r in kept if r.spills)
+    registers = max((r.registers or 0) for r in kept)
+    shared = max(r.shared_bytes for r in kept) / 1024
+    launches = len(fn.generated.kernels)
+    return (f"| {name} | {batch} | {dtype} | {launches} | {len(distinct)} | {len(dots)} | {cores['wgmma']} | "
+            f"{cores['mma']} | {cores['none']} | {sum(r.cp_async for r in dots)} | "
+            f"{sum(r.cp_async_bytes == 16 for r in dots)} | {spills} | {registers} | "
+            f"{shared:.0f} | {seconds:.0f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    args = parser.parse_args(argv)
+    from torch_models import WHOLE_MODELS
+
+    import torch
+
+    # f32 products in TF32 where torch allows it, as benchmarks/triton_gpu.py sets for its f32 rows
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    names = [m.name for m in WHOLE_MODELS if not args.only or m.name in args.only.split(",")]
+    rows = []
+    for batch, dtype in PLAN:
+        for name in names:
+            try:
+                rows.append(row(name, batch, dtype))
+            except Exception as error:  # one model's failure is its row's note
+                rows.append(f"| {name} | {batch} | {dtype} | {type(error).__name__}: "
+                            f"{str(error).splitlines()[0][:120]} |||||||||||")
+            print(rows[-1], flush=True)
+    import triton
+
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "python benchmarks/triton_sm90.py" + (f" --only {args.only}" if args.only else "")
+    RESULTS.write_text(f"""# Triton whole-model kernels compiled for sm_90 (no GPU)
+
+Run {when} by `{command}` (Triton {triton.__version__}, torch {torch.__version__}; the GPU
+machine runs Triton 3.6, whose code can differ). Transformers with {LAYERS} layers at full width. Program
+tiles, 4 warps and 2 stages (the untuned default). `kernels`: Triton launches per call; `distinct`:
+functions compiled (repeated layers share one); `dot`: distinct kernels with `tl.dot`, then by tensor-core
+instruction; `cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying
+some operand in whole 16-byte vectors; `spills`: kernels spilling
+registers; `regs`, `shared KiB`: the largest of any kernel; `s`: seconds to compile them all here.
+
+| model | batch | dtype | kernels | distinct | dot | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | s |
+|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+""" + "\n".join(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
