@@ -182,7 +182,7 @@ class DirectLaunch:
         from .tuner import VariantLaunch
 
         program, module, arena = launcher.program, launcher.program.module(), launcher.program.generated.arena
-        if not self._aligned(inputs):
+        if not self.accepts(inputs):
             raise ValueError("inputs not 16-byte aligned when the binaries would be bound")
         names, slots = program.generated.names, launcher._slots
         env = launcher._env.copy()
@@ -196,11 +196,13 @@ class DirectLaunch:
                 return launcher.arena[offset:offset + value.type.nbytes].view(dtype).view(value.type.shape)
             return torch.empty(value.type.shape, dtype=dtype, device=launcher.device)
 
-        steps = []
+        steps, fixed = [], {}  # fixed: env slot -> an arena view a kernel writes, the same tensor on every call
         for step, source in zip(launcher.steps, program.generated.kernels):
-            writes = [(index, value) for index, value in zip(step.writes, program.generated.steps[step.position][1])]
+            writes = list(zip(step.writes, program.generated.steps[step.position][1]))
             for index, value in writes:  # a stand-in of the right type and alignment where no view is fixed
                 env[index] = tensor_for(value)
+                if source is not None and value in arena.offsets:
+                    fixed[index] = env[index]
             if source is None:
                 steps.append(DirectStep(None, step.reads, (), step))
                 continue
@@ -213,22 +215,16 @@ class DirectLaunch:
             fresh = tuple((index, tuple(value.type.shape), torch_dtype(value.type.dtype))
                           for index, value in writes if value not in arena.offsets)
             steps.append(DirectStep(run, args, fresh, step))
-        # the arena views are the same tensors on every call: keep them in the starting environment
         self._env = launcher._env.copy()
-        for step, source in zip(launcher.steps, program.generated.kernels):
-            for index, value in zip(step.writes, program.generated.steps[step.position][1]):
-                if value in arena.offsets and source is not None:
-                    self._env[index] = env[index]
+        for index, view in fixed.items():
+            self._env[index] = view
         self.steps = tuple(steps)
         self._inputs, self._outputs = launcher._inputs, launcher._outputs
         self._device, self._arena = launcher.device, launcher.arena
 
     @classmethod
-    def _aligned(cls, inputs: Sequence[Any]) -> bool:
+    def accepts(cls, inputs: Sequence[Any]) -> bool:
         return all(tensor.data_ptr() % cls.ALIGN == 0 for tensor in inputs)
-
-    def accepts(self, inputs: Sequence[Any]) -> bool:
-        return self._aligned(inputs)
 
     def __call__(self, inputs: Sequence[Any]) -> list[Any]:
         import torch

@@ -9,7 +9,8 @@ least per-tile overhead). On a target with a matrix unit (a GPU's tensor cores),
 tile must give the unit at least `matrix_unit` rows, columns and reduction depth (or the whole
 extent, if smaller), whenever some fitting tiling does: a narrower tile runs on scalar cores. Among
 those, a tiling whose contractions run M, N and K over one loop each (the others one at a time: a
-convolution's n, oh, kh, kw) is preferred: its operands load as plain 2-D blocks that the GPU's
+convolution's n, oh, kh, kw), the result's contiguous loop among them, is preferred
+(`straight_operands`): its operands load as plain 2-D blocks that the GPU's
 pipeliner stages, where several loops per side make a gathered block reshaped in registers (the
 ResNet block's 3x3 convolution: 255 registers and 432 cp.async per program for K = 4 x 3 x 3 padded
 to 64 lanes, against 130 and 320 straight, per `nvdisasm` of the sm_90 build). On a GPU,
