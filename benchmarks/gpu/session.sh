@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu/session.sh [all|dynamo|triton] [dynamo-budget-s] [triton-budget-s]
 # Run on the device machine from the repository root; .whl/ holds the wheels the image lacks
 # (lark, ortools and its pins; see the device tool's README). Results and logs go to $OUT.
-# A session has 15 device minutes and 10 a call, the machine's start included: call `triton 0 200`
+# A session has 15 device minutes and 10 a call, the machine's start included: call `triton 0 150`
 # first (GPU tests of the Triton backend, direct launches and packed weights included; launch times;
 # then the whole-model table, about 9 minutes), commit its tables, then `dynamo 120` if time is left.
 set -uo pipefail
