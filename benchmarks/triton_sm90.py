@@ -6,7 +6,8 @@ for sm_90 (`TritonProgram.compile_ahead`, Triton's bundled ptxas) and read back.
 
 Per model (`torch_models.WHOLE_MODELS`, transformers with 2 of their layers at full width, as
 `triton_gpu.py --quick` runs them) at batch 32 and 1, in f32 and bf16, at the Program's own tiles and the
-default launch configuration (4 warps, 2 stages; before any tuning), f32 products in TF32 (as
+untuned launch configuration (`autotune.default_config`: 4 warps, 3 pipeline stages for dot kernels
+whose blocks fit, else 2), f32 products in TF32 (as
 `triton_gpu.py` allows on both sides): how many distinct kernels, how
 many run `tl.dot` and on which tensor-core instructions (`wgmma`, Hopper's; `mma.sync`; none), how
 many stage loads with `cp.async` (what the software pipeliner overlaps with the math), registers, spills
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
 Run {when} by `{command}` (Triton {triton.__version__}, torch {torch.__version__}; the GPU
 machine runs Triton 3.6, whose code can differ). Transformers with {LAYERS} layers at full width. Program
-tiles, 4 warps and 2 stages (the untuned default). `kernels`: Triton launches per call; `distinct`:
+tiles, the untuned launch configuration (4 warps; 3 stages for dot kernels whose blocks fit, else 2).
+`kernels`: Triton launches per call; `distinct`:
 functions compiled (repeated layers share one); `dot`: distinct kernels with `tl.dot`, then by tensor-core
 instruction; `cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying
 some operand in whole 16-byte vectors; `spills`: kernels spilling

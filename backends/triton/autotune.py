@@ -2,8 +2,8 @@
 every kernel, and for dot kernels (matmul, conv, attention) also block sizes BLOCK_M/N/K and GROUP_M
 (`variants.py`: candidate tilings from the tile model, each emitted as its own function).
 
-Without a CUDA device (tests run the Triton interpreter) every kernel gets `DEFAULT` and the Program's
-tiles, and nothing is timed. With one, the first run of a program times the candidates of each kernel
+Without a CUDA device (tests run the Triton interpreter) every kernel gets `default_config` and the
+Program's tiles, and nothing is timed. With one, the first run of a program times the candidates of each kernel
 with `triton.testing.do_bench` on the real buffers and keeps the fastest, within a time budget per
 program (`TILEGRAPH_TUNE_SECONDS`, default `TUNE_SECONDS`; it prints one line when it starts). Winners
 are cached per (kernel source, shapes, device) in a JSON file under the user cache directory, so later
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT = (4, 2)
+DOT_DEFAULT = (4, 3)  # a tl.dot kernel's loads pipelined three stages deep, where they fit
+STAGED_BYTES = 192 << 10  # shared memory all stages' operand blocks may take (the epilogue's scratch needs room)
 DOT_CANDIDATES = ((4, 3), (8, 3), (4, 4), (8, 4), (4, 2))
 CANDIDATES = ((4, 2), (8, 2), (2, 2), (16, 2), (4, 3))
 TUNE_SECONDS = 60.0  # one program's first-run tuning, at most (compiles included)
@@ -33,6 +35,14 @@ def cache_dir() -> Path:
         return Path(os.environ["TILEGRAPH_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "tilegraph"
+
+
+def default_config(stage_bytes: int | None) -> tuple[int, int]:
+    """(warps, stages) of a kernel before tuning, or when the budget does not reach it: `DOT_DEFAULT` for a
+    tl.dot kernel whose operand blocks (`stage_bytes` a stage) fit three stages in `STAGED_BYTES`, else
+    `DEFAULT`. Untuned dot kernels (most of a whole model's in a short budget) then overlap their loads."""
+    stages = DOT_DEFAULT[1]
+    return DOT_DEFAULT if stage_bytes and stages * stage_bytes <= STAGED_BYTES else DEFAULT
 
 
 def candidates(uses_dot: bool) -> tuple[tuple[int, int], ...]:
@@ -194,5 +204,5 @@ def tune(run, options, deadline: float | None = None, clock=time.perf_counter):
     return min(times, key=times.get), times, complete
 
 
-__all__ = ["DEFAULT", "TUNE_SECONDS", "cache_dir", "candidates", "canonical", "config_key", "Choice", "ConfigCache",
+__all__ = ["DEFAULT", "DOT_DEFAULT", "default_config", "TUNE_SECONDS", "cache_dir", "candidates", "canonical", "config_key", "Choice", "ConfigCache",
            "Budget", "tune"]

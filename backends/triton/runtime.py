@@ -55,6 +55,16 @@ def load_module(text: str):
     return module
 
 
+def stage_bytes(kernel, source, options: TritonOptions) -> int | None:
+    """Bytes of one pipeline stage of a tl.dot kernel's operand blocks ([M, K] and [K, N] of each dot)."""
+    if source is None or not source.uses_dot:
+        return None
+    from .variants import dot_shape
+
+    shape = dot_shape(kernel, options)
+    return None if shape is None else sum((m * k + k * n) * shape.itemsize for m, n, k in shape.dots)
+
+
 class TritonProgram(CompiledProgram):
     """A Program as Triton kernels: callable with numpy arrays (`__call__`) or torch tensors (`run_torch`)."""
 
@@ -70,7 +80,8 @@ class TritonProgram(CompiledProgram):
         self.generated = generated
         self.device = device
         self.autotune = autotune_
-        self.configs: list[tuple[int, int]] = [autotune.DEFAULT] * len(program.kernels)
+        self.configs: list[tuple[int, int]] = [autotune.default_config(stage_bytes(kernel, source, self.options))
+                                               for kernel, source in zip(program.kernels, generated.kernels)]
         self.tuned = False
         self.timings: dict[int, dict] = {}
         self.gpu_arch: int | None = None

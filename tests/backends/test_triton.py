@@ -351,8 +351,24 @@ def test_torch_tensors_in_and_out():
 def test_no_device_means_default_configs_and_no_timing():
     fn = check(parse(CASES["matmul_epilogue"]))
     assert not fn.tuned and fn.timings == {}
-    assert all(c == autotune.DEFAULT for c in fn.configs)
-    assert "warps 4 stages 2" in fn.backend_report()
+    assert fn.configs == [autotune.DOT_DEFAULT]  # a matmul whose three stages of blocks fit
+    assert "warps 4 stages 3" in fn.backend_report()
+    fn = check(parse(CASES["softmax"]))
+    assert fn.configs == [autotune.DEFAULT] and "warps 4 stages 2" in fn.backend_report()
+
+
+def test_dot_kernels_pipeline_three_stages_by_default_where_they_fit():
+    """Untuned dot kernels (most of a whole model's in a short tuning budget) get three stages unless
+    three stages of their operand blocks would take more than `autotune.STAGED_BYTES`."""
+    from tilegraph.backends.triton.runtime import stage_bytes
+
+    assert autotune.default_config(None) == autotune.DEFAULT
+    assert autotune.default_config(autotune.STAGED_BYTES // 3) == autotune.DOT_DEFAULT
+    assert autotune.default_config(autotune.STAGED_BYTES // 3 + 1) == autotune.DEFAULT
+    fn = tilegraph.compile(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / "resnet_block.tg")), target="triton")
+    for kernel, source, config in zip(fn.program.kernels, fn.generated.kernels, fn.configs):
+        assert config == autotune.default_config(stage_bytes(kernel, source, fn.options))
+        assert (config == autotune.DOT_DEFAULT) == (source is not None and source.uses_dot)
 
 
 def test_config_cache_round_trips(tmp_path):
