@@ -237,8 +237,9 @@ def test_kernels_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
 def test_convolutions_fit_hopper_shared_memory(example, tmp_path, monkeypatch):
     """Direct and implicit-GEMM convolutions whose tiles the tiling pass sized for on-chip data asked an
     H200 for 0.25-2 MiB of shared memory at launch (found on the GPU; the interpreter does not care):
-    their reductions are walked in chunks, so every kernel fits sm_90's 227 KiB with two stages. Built as on
-    CUDA by default (TF32 convolutions), each is an implicit GEMM on tensor cores with staged loads."""
+    their reductions are walked in chunks, so every kernel fits sm_90's 227 KiB at its untuned launch
+    configuration (three stages for dot kernels whose blocks fit). Built as on CUDA by default (TF32
+    convolutions), each is an implicit GEMM on tensor cores with staged loads."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     fn = tilegraph.compile(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / f"{example}.tg")), target="triton",
                            tf32=True)
@@ -253,6 +254,20 @@ def test_convolutions_fit_hopper_shared_memory(example, tmp_path, monkeypatch):
     if example == "resnet_block":  # its 3x3 weights, stored K-major (`packing.py`), staged in whole vectors
         assert fn.generated.layouts and all(r.cp_async_bytes == 16 for r in fn.gpu_resources.values()
                                             if r.function in dots)
+
+
+@pytest.mark.parametrize("example", ["mlp", "transformer_block"])
+def test_untuned_configurations_fit_hopper_shared_memory(example, tmp_path, monkeypatch):
+    """What an untuned kernel launches with (`autotune.default_config`) fits sm_90's shared memory, and
+    its dots run on tensor cores."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    fn = tilegraph.compile(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / f"{example}.tg")), target="triton",
+                           tf32=True)
+    assert autotune.DOT_DEFAULT in fn.configs
+    dots = {s.function for s in fn.generated.kernels if s is not None and s.uses_dot}
+    for record in fn.compile_ahead(90):
+        assert record.shared_bytes <= 232448 and not record.spills, record
+        assert (record.tensor_cores != "none") == (record.function in dots), record
 
 
 # ----- source: names, determinism, errors ------------------------------------------------------------
