@@ -152,7 +152,10 @@ def compiled_runner(fn, grid: int, args: Sequence[Any], warps: int, stages: int)
     """The compiled binary of jit function `fn` for these arguments, bound to its 1-D grid: `run(*args)`
     launches it on the current stream (Triton's `CompiledKernel[grid]`), with none of `fn[grid](...)`'s
     per-call argument binding and cache lookup."""
-    return fn.warmup(*args, grid=(grid,), num_warps=warps, num_stages=stages)[(grid, 1, 1)]
+    kernel = fn.warmup(*args, grid=(grid,), num_warps=warps, num_stages=stages)
+    if hasattr(kernel, "result"):  # compiled asynchronously (Triton's async compile mode): wait for it
+        kernel = kernel.result()
+    return kernel[(grid, 1, 1)]
 
 
 @dataclass(frozen=True, slots=True)
