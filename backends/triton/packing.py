@@ -48,11 +48,8 @@ def plan_layouts(program: Program, options: TritonOptions) -> dict[Value, tuple[
     wanted: dict[Value, set[tuple[int, ...]]] = {}
     kept: set[Value] = set()
     for kernel in program.kernels:
-        if not kernel.domain.structured:
-            kept.update(kernel.inputs)  # read by torch code as it is
-            continue
-        if kernel.template is not None:
-            kept.update(kernel.inputs)
+        if not kernel.domain.structured or kernel.template is not None:
+            kept.update(kernel.inputs)  # read as it is: by torch code (a layout step), or by a template
             continue
         emitter = KernelEmitter(kernel, kernel.domain, "kernel_layout", options=options)
         reads: dict[Value, set[tuple[int, ...]]] = {}
@@ -68,8 +65,13 @@ def plan_layouts(program: Program, options: TritonOptions) -> dict[Value, tuple[
                     wanted.setdefault(value, set()).update(reads[value])
                 else:
                     kept.add(value)  # also read elementwise, or twice: its own layout
-    return {value: orders.pop() for value, orders in wanted.items()
-            if value not in kept and len(orders) == 1 and _moves(value, next(iter(orders)))}
+    chosen = {}
+    for value, orders in wanted.items():
+        if value not in kept and len(orders) == 1:
+            (order,) = orders
+            if _moves(value, order):
+                chosen[value] = order
+    return chosen
 
 
 def _moves(value: Value, order: tuple[int, ...]) -> bool:
