@@ -53,37 +53,39 @@ def kernel_k0(x_ptr, conv1_weight_ptr, conv1_bias_ptr, v2_ptr):
 
 @triton.jit
 def kernel_k1(v2_ptr, p1_ptr):
-    # tile: d0=1 (parallel), d1=2 (parallel), d2=2 (parallel), d3=14 (parallel, block 16), d4=2 (reduction), d5=2 (reduction)
+    # tile: d0=2 (parallel), d1=2 (parallel), d2=1 (parallel), d3=14 (parallel, block 16), d4=1 (reduction), d5=1 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
-    iv5 = 0 + tl.arange(0, 2)
-    ix5 = iv5[None, None, None, None, None, :]
-    iv4 = 0 + tl.arange(0, 2)
-    ix4 = iv4[None, None, None, None, :, None]
     iv3 = 0 + tl.arange(0, 16)
     ix3 = iv3[None, None, None, :, None, None]
     mv3 = (iv3 < 14)
     mk3 = mv3[None, None, None, :, None, None]
-    base2 = (pid % 7) * 2
-    pid = pid // 7
-    iv2 = base2 + tl.arange(0, 2)
+    base2 = (pid % 14) * 1
+    pid = pid // 14
+    iv2 = base2 + tl.arange(0, 1)
     ix2 = iv2[None, None, :, None, None, None]
     base1 = (pid % 3) * 2
     pid = pid // 3
     iv1 = base1 + tl.arange(0, 2)
     ix1 = iv1[None, :, None, None, None, None]
-    base0 = (pid % 8) * 1
-    pid = pid // 8
-    iv0 = base0 + tl.arange(0, 1)
+    base0 = (pid % 4) * 2
+    pid = pid // 4
+    iv0 = base0 + tl.arange(0, 2)
     ix0 = iv0[:, None, None, None, None, None]
-    p1_acc = tl.full((1, 2, 2, 16, 1, 1), float('-inf'), tl.float32)
-    v2 = tl.load(v2_ptr + zr + (ix0) * 4704 + (ix1) * 784 + (2 * ix2 + ix4) * 28 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
-    p1_part = tl.broadcast_to(v2, (1, 2, 2, 16, 2, 2))
-    p1_part = tl.max(p1_part, axis=4, keep_dims=True)
-    p1_part = tl.max(p1_part, axis=5, keep_dims=True)
-    p1_acc = tl.maximum(p1_acc, p1_part)
+    p1_acc = tl.full((2, 2, 1, 16, 1, 1), float('-inf'), tl.float32)
+    for rb4 in range(0, 2, 1):
+        iv4 = rb4 + tl.arange(0, 1)
+        ix4 = iv4[None, None, None, None, :, None]
+        for rb5 in range(0, 2, 1):
+            iv5 = rb5 + tl.arange(0, 1)
+            ix5 = iv5[None, None, None, None, None, :]
+            v2 = tl.load(v2_ptr + zr + (ix0) * 4704 + (ix1) * 784 + (2 * ix2 + ix4) * 28 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
+            p1_part = tl.broadcast_to(v2, (2, 2, 1, 16, 1, 1))
+            p1_part = tl.max(p1_part, axis=4, keep_dims=True)
+            p1_part = tl.max(p1_part, axis=5, keep_dims=True)
+            p1_acc = tl.maximum(p1_acc, p1_part)
     p1 = p1_acc
-    tl.store(p1_ptr + tl.broadcast_to(zr + (ix0) * 1176 + (ix1) * 196 + (ix2) * 14 + (ix3), (1, 2, 2, 16, 1, 1)), p1, mask=mk3)
+    tl.store(p1_ptr + tl.broadcast_to(zr + (ix0) * 1176 + (ix1) * 196 + (ix2) * 14 + (ix3), (2, 2, 1, 16, 1, 1)), p1, mask=mk3)
 
 @triton.jit
 def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
@@ -138,13 +140,9 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
 
 @triton.jit
 def kernel_k3(v5_ptr, flat_ptr):
-    # tile: d0=2 (parallel), d1=2 (parallel), d2=1 (parallel), d3=5 (parallel, block 8), d4=2 (reduction), d5=2 (reduction)
+    # tile: d0=2 (parallel), d1=2 (parallel), d2=1 (parallel), d3=5 (parallel, block 8), d4=1 (reduction), d5=1 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
-    iv5 = 0 + tl.arange(0, 2)
-    ix5 = iv5[None, None, None, None, None, :]
-    iv4 = 0 + tl.arange(0, 2)
-    ix4 = iv4[None, None, None, None, :, None]
     iv3 = 0 + tl.arange(0, 8)
     ix3 = iv3[None, None, None, :, None, None]
     mv3 = (iv3 < 5)
@@ -162,11 +160,17 @@ def kernel_k3(v5_ptr, flat_ptr):
     iv0 = base0 + tl.arange(0, 2)
     ix0 = iv0[:, None, None, None, None, None]
     p2_acc = tl.full((2, 2, 1, 8, 1, 1), float('-inf'), tl.float32)
-    v5 = tl.load(v5_ptr + zr + (ix0) * 1600 + (ix1) * 100 + (2 * ix2 + ix4) * 10 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
-    p2_part = tl.broadcast_to(v5, (2, 2, 1, 8, 2, 2))
-    p2_part = tl.max(p2_part, axis=4, keep_dims=True)
-    p2_part = tl.max(p2_part, axis=5, keep_dims=True)
-    p2_acc = tl.maximum(p2_acc, p2_part)
+    for rb4 in range(0, 2, 1):
+        iv4 = rb4 + tl.arange(0, 1)
+        ix4 = iv4[None, None, None, None, :, None]
+        for rb5 in range(0, 2, 1):
+            iv5 = rb5 + tl.arange(0, 1)
+            ix5 = iv5[None, None, None, None, None, :]
+            v5 = tl.load(v5_ptr + zr + (ix0) * 1600 + (ix1) * 100 + (2 * ix2 + ix4) * 10 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
+            p2_part = tl.broadcast_to(v5, (2, 2, 1, 8, 1, 1))
+            p2_part = tl.max(p2_part, axis=4, keep_dims=True)
+            p2_part = tl.max(p2_part, axis=5, keep_dims=True)
+            p2_acc = tl.maximum(p2_acc, p2_part)
     p2 = p2_acc
     flat = tl.broadcast_to(p2, (2, 2, 1, 8, 1, 1))
     tl.store(flat_ptr + tl.broadcast_to(zr + (ix0) * 400 + (25 * ix1 + 5 * ix2 + ix3), (2, 2, 1, 8, 1, 1)), flat, mask=mk3)

@@ -120,24 +120,28 @@ def _candidate_grid(domain):
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.sampled_from([1, 2, 8]), c=st.sampled_from([3, 16, 64, 96]), f=st.sampled_from([16, 64, 256]),
-       hw=st.sampled_from([7, 14, 28, 56]), k=st.sampled_from([1, 3]))
-def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k):
+       hw=st.sampled_from([7, 14, 28, 56]), k=st.sampled_from([1, 3]), depthwise=st.booleans())
+def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
     """Contract of the GPU choice: a contraction's M, N and K run over one loop each, the result's
-    contiguous loop among them, whenever such a tiling fits and feeds the tensor cores; and the chosen
-    tiling's elements fit shared memory (a staged tile holds elements, not lines)."""
+    contiguous loop among them, and a depthwise convolution walks its window, whenever such a tiling
+    fits and feeds the tensor cores; and the chosen tiling's elements fit shared memory (a staged tile
+    holds elements, not lines)."""
     import numpy as np
 
     from tilegraph.passes.tiling.search import evaluate, feeds_matrix_unit, straight_operands
 
     b = GraphBuilder("conv")
-    x, w = b.input("x", [n, c, hw, hw]), b.param("w", [f, c, k, k])
-    b.output(b.relu(b.conv2d(x, w, padding=[k // 2, k // 2])))
+    f, groups = (c, c) if depthwise else (f, 1)
+    x, w = b.input("x", [n, c, hw, hw]), b.param("w", [f, c // groups, k, k])
+    b.output(b.relu(b.conv2d(x, w, padding=[k // 2, k // 2], groups=groups)))
     gpu = load_target("gpu-h100")
     (kernel,) = [kn for kn in tiled(b.graph, gpu).kernels if kn.domain.loops]
     domain, tiles = kernel.domain, dict(kernel.tiles)
     chosen = np.array([[tiles[loop.name] for loop in domain.loops]], dtype=np.float64)
     elements = replace(gpu, line_bytes=1)
     assert evaluate(domain, elements, chosen).working_set[0] <= gpu.onchip_bytes
+    if depthwise:  # no contraction: the window is walked (its kh, kw loops one at a time)
+        assert all(tiles[loop.name] == 1 for loop in domain.loops if loop.kind == "reduction")
     if not straight_operands(domain, gpu, chosen)[0]:
         grid = _candidate_grid(domain)
         fits = evaluate(domain, gpu, grid).working_set <= gpu.onchip_bytes
