@@ -131,7 +131,7 @@ class RegisterBlocks(FlatRows):
         """The loop to block MR-wide: the one most operands loaded along `v` do not depend on."""
         if not outer:
             return None
-        node, space = self.domain.nodes[i], self.domain.spaces[i]
+        space = self.domain.spaces[i]
         maps = [self.domain.compose_map(i, m) for m in space.inputs]
         uses = [frozenset(d for e in m.exprs for d, _ in e.terms) for m in maps]
 
