@@ -15,6 +15,7 @@ import numpy as np
 
 from tilegraph.ir.builder import GraphBuilder
 from tilegraph.ir.graph import Graph, Node, Value, ValueKind
+from tilegraph.ir.ops.linalg import conv_padding_end
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
 
@@ -288,7 +289,7 @@ def _conv2d(graph: Graph, node: Node) -> Value | None:
     axis = concat.attrs["axis"] % 4 - 2
     before = sum(v.type.shape[axis + 2] for v in pieces[:core[0]])
     after = sum(v.type.shape[axis + 2] for v in pieces[core[0] + 1:])
-    begin, end = list(node.attrs["padding"]), list(node.attrs.get("padding_end") or node.attrs["padding"])
+    begin, end = list(node.attrs["padding"]), list(conv_padding_end(node.attrs))
     begin[axis] += before
     end[axis] += after
     attrs = {**node.attrs, "padding": tuple(begin), "padding_end": None if begin == end else tuple(end)}

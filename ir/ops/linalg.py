@@ -89,7 +89,8 @@ CONV_ATTRS = (AttrSpec("stride", "pair", (1, 1)), AttrSpec("padding", "pair", (0
               AttrSpec("padding_end", "pair", None))  # zeros after the input (None: `padding`, symmetric)
 
 
-def _padding_end(attrs) -> tuple[int, int]:
+def conv_padding_end(attrs) -> tuple[int, int]:
+    """A conv2d's zeros after the input per spatial axis: `padding_end`, else `padding` (symmetric)."""
     return tuple(attrs["padding"] if attrs.get("padding_end") is None else attrs["padding_end"])
 
 
@@ -105,7 +106,7 @@ def _conv_infer(in_types, attrs):
     if w.shape[1] * groups != x.shape[1]:
         raise ValueError(f"weight has {w.shape[1]} channels per group, input has "
                          f"{x.shape[1]} channels in {groups} group(s): {shown}")
-    end = _padding_end(attrs)
+    end = conv_padding_end(attrs)
     if min(attrs["stride"]) < 1 or min(attrs["dilation"]) < 1 or min(*attrs["padding"], *end) < 0:
         raise ValueError("stride and dilation must be positive and padding non-negative")
     out_hw = [window_out(x.shape[2 + a], w.shape[2 + a], attrs["stride"][a], attrs["padding"][a],
@@ -136,7 +137,7 @@ def conv2d_space(ins, attrs, result: TensorType) -> IterationSpace:
 def _conv_reference(arrays, attrs, result):
     x, w = arrays
     groups = attrs["groups"]
-    windows = _windows(x, w.shape[2:], attrs["stride"], attrs["padding"], attrs["dilation"], 0, _padding_end(attrs))
+    windows = _windows(x, w.shape[2:], attrs["stride"], attrs["padding"], attrs["dilation"], 0, conv_padding_end(attrs))
     n, c, oh, ow, kh, kw = windows.shape
     windows = windows.reshape(n, groups, c // groups, oh, ow, kh, kw)
     weights = w.reshape(groups, w.shape[0] // groups, c // groups, kh, kw)
