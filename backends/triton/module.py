@@ -59,7 +59,8 @@ class GeneratedModule:
     kernels: list[KernelSource | None]  # None for a layout step
     arena: Arena
     steps: list[tuple[tuple[Value, ...], tuple[Value, ...]]]  # per step: tensors it reads, it returns
-    layouts: dict[Value, tuple[int, ...]] = field(default_factory=dict)  # parameters bound with their axes so
+    # parameters the launcher binds with their axes in this order (`packing.py`)
+    layouts: dict[Value, tuple[int, ...]] = field(default_factory=dict)
 
 
 def _shape(value: Value) -> str:

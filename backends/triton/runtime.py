@@ -62,7 +62,7 @@ def stage_bytes(kernel, source, options: TritonOptions) -> int | None:
     from .variants import dot_shape
 
     shape = dot_shape(kernel, options)
-    return None if shape is None else sum((m * k + k * n) * shape.itemsize for m, n, k in shape.dots)
+    return None if shape is None else sum(shape.stage_bytes)
 
 
 class TritonProgram(CompiledProgram):

@@ -58,6 +58,11 @@ class Shape:
     grouped: bool
     straight: bool = False  # every dot is one loop per side: operands load as plain 2-D blocks (pipelined)
 
+    @property
+    def stage_bytes(self) -> tuple[int, ...]:
+        """Per dot, the bytes of its [M, K] and [K, N] operand blocks: what one pipeline stage holds."""
+        return tuple((m * k + k * n) * self.itemsize for m, n, k in self.dots)
+
 
 def _emitter(kernel: Kernel, options: TritonOptions) -> KernelEmitter:
     return KernelEmitter(kernel, kernel.domain, "kernel_variant", options=options)
@@ -84,10 +89,10 @@ def dot_shape(kernel: Kernel, options: TritonOptions | None = None) -> Shape | N
 def fits(shape: Shape, target: Target) -> bool:
     """Every dot at least MIN_DOT per side and within the block limits; accumulator and staged operands fit."""
     smem = target.shared_memory_per_block or 232448
-    for m, n, k in shape.dots:
+    for (m, n, k), stage in zip(shape.dots, shape.stage_bytes):
         if min(m, n, k) < MIN_DOT or m > MAX_MN or n > MAX_MN or k > MAX_K or m * n > MAX_ACC:
             return False
-        if (m * k + k * n) * shape.itemsize * STAGES > smem:
+        if stage * STAGES > smem:
             return False
     return True
 
