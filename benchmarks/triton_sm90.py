@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             print(rows[-1], flush=True)
     import triton
 
+    from tilegraph.backends.triton.launch import compile_threads
+
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "python benchmarks/triton_sm90.py" + (f" --only {args.only}" if args.only else "")
     RESULTS.write_text(f"""# Triton whole-model kernels compiled for sm_90 (no GPU)
@@ -95,7 +97,8 @@ tiles, the untuned launch configuration (4 warps; 3 stages for dot kernels whose
 functions compiled (repeated layers share one); `dot`: distinct kernels with `tl.dot`, then by tensor-core
 instruction; `cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying
 some operand in whole 16-byte vectors; `spills`: kernels spilling
-registers; `regs`, `shared KiB`: the largest of any kernel; `s`: seconds to compile them all here.
+registers; `regs`, `shared KiB`: the largest of any kernel; `s`: seconds to compile them all here
+(on {compile_threads()} threads, `launch.compile_threads`).
 
 | model | batch | dtype | kernels | distinct | dot | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | s |
 |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|

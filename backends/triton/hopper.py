@@ -5,7 +5,8 @@ as `GPUTarget("cuda", 90, 32)` (Hopper), which lowers it to PTX and a cubin with
 proof that the kernels are valid GPU code, not only interpretable. Resource use (shared memory from
 Triton's metadata; registers and spills from `cuobjdump --dump-resource-usage` when it is bundled)
 and what the PTX runs on (Hopper's `wgmma`, the older `mma.sync`, or neither; `cp.async` loads,
-which the software pipeliner stages) go into the returned records.
+which the software pipeliner stages) go into the returned records. `paper_gpu` goes one step further:
+Triton's own JIT, as the launcher drives it, specialises and compiles for a GPU that is not there.
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,28 +91,102 @@ def _resources(cubin: bytes) -> tuple[int | None, int | None]:
     return (int(regs.group(1)) if regs else None), (int(spill.group(1)) if spill else None)
 
 
-def compile_kernels(generated: GeneratedModule, arch: int = 90, warp_size: int = 32, num_warps: int = 4,
-                    num_stages: int = 3, only: set[str] | None = None) -> list[CompiledKernel]:
-    """triton.compile every kernel (or those named in `only`) for CUDA `arch`; raises on any failure."""
+class _PaperDriver:
+    """Triton's driver for a CUDA GPU that is not present: device 0, stream 0, target sm_<arch>."""
+
+    def __init__(self, arch: int, warp_size: int) -> None:
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", arch, warp_size)
+
+    def is_active(self) -> bool:
+        return True
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class PaperLaunch:
+    """What `CompiledKernel[grid]` gives on a paper GPU: the binary and its grid, which cannot be launched."""
+
+    kernel: object  # triton's CompiledKernel
+    grid: tuple
+
+    def __call__(self, *args):
+        from tilegraph.ir import TilegraphError
+
+        raise TilegraphError(f"{self.kernel.name} was compiled for sm_{self.kernel.metadata.target.arch} on paper: "
+                             "there is no GPU to launch it on")
+
+
+@contextmanager
+def paper_gpu(arch: int = 90, warp_size: int = 32) -> Iterator[None]:
+    """Inside, `JITFunction.warmup` on CPU tensors compiles for CUDA sm_<arch> exactly as the launcher's first
+    call does on the device (argument specialisation, Triton's kernel cache and async compile mode included),
+    and binding a binary to its grid gives a `PaperLaunch`. For tests and benchmarks of the compile path on a
+    machine without a GPU; the process must not be running the interpreter (`compile_kernels_isolated`)."""
+    from triton.compiler import CompiledKernel
+    from triton.runtime.driver import driver
+
+    saved_driver, saved_bind = driver._active, CompiledKernel.__getitem__
+    driver.set_active(_PaperDriver(arch, warp_size))
+    CompiledKernel.__getitem__ = lambda kernel, grid: PaperLaunch(kernel, grid)  # loading it: the step left out
+    try:
+        yield
+    finally:
+        driver._active, CompiledKernel.__getitem__ = saved_driver, saved_bind
+
+
+def _compile_all(module, requests: list[tuple[str, list[str], tuple[int, int]]], target) -> list[dict]:
+    """triton.compile each (function, pointer types, (warps, stages)) of `module` for `target`, side by side on
+    threads (`launch.compile_threads`; most of a compile runs without the GIL); a record per request."""
     import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    target = GPUTarget("cuda", arch, warp_size)
-    records = []
+    from .launch import compile_threads
+
+    def one(request) -> dict:
+        function, pointers, (warps, stages) = request
+        fn = getattr(module, function)
+        signature = dict(zip(fn.arg_names, pointers))
+        kernel = triton.compile(ASTSource(fn, signature, {}, _aligned(signature)), target=target,
+                                options={"num_warps": warps, "num_stages": stages})
+        regs, spills = _resources(kernel.asm["cubin"])
+        return dict(function=function, shared_bytes=int(kernel.metadata.shared), registers=regs, spills=spills,
+                    ptx_lines=kernel.asm["ptx"].count("\n"), **ptx_features(kernel.asm["ptx"]))
+
+    with ThreadPoolExecutor(compile_threads(), thread_name_prefix="tilegraph-compile") as pool:
+        return list(pool.map(one, requests))
+
+
+def _requests(generated: GeneratedModule, configs: list[tuple[int, int]]) -> list[tuple[str, list[str], tuple]]:
+    return [(s.function, [_POINTER[v.type.dtype.name] for v in s.args], tuple(c))
+            for s, c in zip(generated.kernels, configs) if s is not None]
+
+
+def compile_kernels(generated: GeneratedModule, arch: int = 90, warp_size: int = 32, num_warps: int = 4,
+                    num_stages: int = 3, configs: list[tuple[int, int]] | None = None) -> list[CompiledKernel]:
+    """triton.compile every kernel for CUDA `arch` in this process; raises on any failure. `configs`: (warps,
+    stages) per kernel of the module, in place of `num_warps`/`num_stages`."""
+    from triton.backends.compiler import GPUTarget
+
+    configs = configs or [(num_warps, num_stages)] * len(generated.kernels)
     with tempfile.TemporaryDirectory() as folder:
         module = _load_compiled(generated.text, Path(folder))
-        for source in generated.kernels:
-            if source is None or (only is not None and source.function not in only):
-                continue
-            fn = getattr(module, source.function)
-            signature = {name: _POINTER[v.type.dtype.name] for name, v in zip(fn.arg_names, source.args)}
-            kernel = triton.compile(ASTSource(fn, signature, {}, _aligned(signature)), target=target,
-                                    options={"num_warps": num_warps, "num_stages": num_stages})
-            regs, spills = _resources(kernel.asm["cubin"])
-            records.append(CompiledKernel(source.function, int(kernel.metadata.shared), regs, spills,
-                                          kernel.asm["ptx"].count("\n"), **ptx_features(kernel.asm["ptx"])))
-    return records
+        records = _compile_all(module, _requests(generated, configs), GPUTarget("cuda", arch, warp_size))
+    return [CompiledKernel(**r) for r in records]
 
 
 def compile_kernels_isolated(generated: GeneratedModule, arch: int = 90, warp_size: int = 32, num_warps: int = 4,
@@ -129,11 +207,8 @@ def compile_kernels_isolated(generated: GeneratedModule, arch: int = 90, warp_si
         path = Path(folder) / "generated.py"
         path.write_text(generated.text)
         configs = configs or [(num_warps, num_stages)] * len(generated.kernels)
-        kept = [(s, c) for s, c in zip(generated.kernels, configs) if s is not None]
         request = Path(folder) / "request.json"
-        request.write_text(json.dumps({"module": str(path), "functions": [s.function for s, _ in kept],
-                                       "pointers": [[_POINTER[v.type.dtype.name] for v in s.args] for s, _ in kept],
-                                       "configs": [list(c) for _, c in kept], "arch": arch,
+        request.write_text(json.dumps({"module": str(path), "requests": _requests(generated, configs), "arch": arch,
                                        "warp_size": warp_size}))
         env = {**os.environ, "TRITON_INTERPRET": "0"}
         done = subprocess.run([sys.executable, "-m", "tilegraph.backends.triton.hopper", str(request)],
@@ -146,24 +221,12 @@ def compile_kernels_isolated(generated: GeneratedModule, arch: int = 90, warp_si
 def _main(request_path: str) -> None:
     import json
 
-    import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     request = json.loads(Path(request_path).read_text())
-    text = Path(request["module"]).read_text()
-    target = GPUTarget("cuda", request["arch"], request["warp_size"])
-    records = []
     with tempfile.TemporaryDirectory() as folder:
-        module = _load_compiled(text, Path(folder))
-        for function, pointers, (warps, stages) in zip(request["functions"], request["pointers"], request["configs"]):
-            fn = getattr(module, function)
-            signature = dict(zip(fn.arg_names, pointers))
-            kernel = triton.compile(ASTSource(fn, signature, {}, _aligned(signature)), target=target,
-                                    options={"num_warps": warps, "num_stages": stages})
-            regs, spills = _resources(kernel.asm["cubin"])
-            records.append(dict(function=function, shared_bytes=int(kernel.metadata.shared), registers=regs,
-                                spills=spills, ptx_lines=kernel.asm["ptx"].count("\n"), **ptx_features(kernel.asm["ptx"])))
+        module = _load_compiled(Path(request["module"]).read_text(), Path(folder))
+        records = _compile_all(module, request["requests"], GPUTarget("cuda", request["arch"], request["warp_size"]))
     print(json.dumps(records))
 
 
@@ -173,4 +236,4 @@ if __name__ == "__main__":
     _main(sys.argv[1])
 
 
-__all__ = ["compile_kernels", "compile_kernels_isolated", "CompiledKernel", "ptx_features"]
+__all__ = ["compile_kernels", "compile_kernels_isolated", "CompiledKernel", "PaperLaunch", "paper_gpu", "ptx_features"]

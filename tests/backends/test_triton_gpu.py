@@ -57,9 +57,9 @@ def test_examples_on_the_gpu(example):
 
 
 @pytest.mark.parametrize("example", ["mlp", "transformer_block", "resnet_block"])
-def test_later_calls_launch_the_compiled_binaries_directly(example):
-    """After the first call each kernel is bound to its binary (`launch.DirectLaunch`): the same results,
-    and an input at an address it was not bound for takes the generic walk."""
+def test_calls_launch_the_compiled_binaries_directly(example):
+    """The first call compiles every kernel side by side and binds each to its binary (`launch.DirectLaunch`):
+    the results the generic walk gives, and an input at an address it was not bound for takes the walk."""
     from tilegraph.backends.triton.launch import DirectLaunch
 
     graph = parse_file(str(EXAMPLES / f"{example}.tg"))
@@ -68,6 +68,9 @@ def test_later_calls_launch_the_compiled_binaries_directly(example):
     first = [t.clone() for t in fn.run_torch(*inputs)]
     launcher = fn.launcher()
     assert isinstance(launcher.direct, DirectLaunch), launcher.direct_error
+    configs = fn.configs
+    walked = launcher._walk(inputs, lambda step, args: launcher._launch(step, args, *configs[step.position]))
+    assert all(torch.equal(a, b) for a, b in zip(walked, first))
     assert all(torch.equal(a, b) for a, b in zip(fn.run_torch(*inputs), first))
     shifted = []
     for x in inputs:

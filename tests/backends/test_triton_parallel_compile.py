@@ -1,0 +1,99 @@
+"""The launcher's first CUDA call compiles every kernel of a program at once, on threads (`launch.parallel_compiles`).
+
+Without a GPU this runs Triton's real JIT for sm_90 on a paper device (`hopper.paper_gpu`): the launcher's own
+binding (`bind_direct` with `compiled_runner`) specialises each kernel on its real arguments, Triton's async
+compile mode hands the compiles to the pool, and the bound binaries are what a later launch of the same
+kernel finds in Triton's cache. Only loading a binary onto a device is left out (`hopper.PaperLaunch`). It runs in a fresh process
+with the interpreter off: a process that has run interpreted kernels cannot compile for real.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
+pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
+
+from tilegraph.backends.triton import launch  # noqa: E402
+from tilegraph.ir import TilegraphError  # noqa: E402
+
+FIRST_CALL = r"""
+import json, sys, threading
+import torch, triton.compiler
+import tilegraph
+from tilegraph.backends import reference
+from tilegraph.backends.triton import hopper, launch
+from tilegraph.frontends.dsl import parse
+
+graph = parse(sys.argv[1])
+fn = tilegraph.compile(graph, target="triton", device="cpu")
+launcher = fn.launcher()
+inputs = launcher.check([torch.from_numpy(a) for a in reference.random_inputs(graph, seed=0)])
+compiled_on = []
+real_compile = triton.compiler.compile
+
+def compile(*args, **kwargs):  # what the JIT calls (looked up when a function first meets a device)
+    compiled_on.append(threading.current_thread().name)
+    return real_compile(*args, **kwargs)
+
+triton.compiler.compile = compile
+requests = []
+
+def runner(*request):  # the launcher's own runner, its requests kept to launch them again
+    requests.append(request)
+    return launch.compiled_runner(*request)
+
+with hopper.paper_gpu(90):
+    launcher.bind_direct(inputs, runner)
+    kernels = [s for s in launcher.direct.steps if s.run is not None]
+    before = len(compiled_on)
+    for function, grid, args, warps, stages in requests:  # the same launches again: Triton's cache, no compile
+        function.warmup(*args, grid=(grid,), num_warps=warps, num_stages=stages)
+print(json.dumps({"compiled_on": compiled_on, "recompiled": len(compiled_on) - before,
+                  "kernels": len(kernels), "runs": [[type(s.run).__name__, s.run.kernel.metadata.target.arch,
+                                                   list(s.run.grid)] for s in kernels],
+                  "distinct": len({s.function for s in fn.generated.kernels if s is not None})}))
+"""
+
+PROGRAM = """def f(x: f32[32, 48], w: f32[48, 64], v: f32[64, 16], u: f32[48, 16]) -> (f32[32, 16], f32[32, 16]) {
+    let h = relu(x @ w)
+    return h @ v, x @ u
+}"""
+
+
+def first_call(threads: int, tmp_path) -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / f"triton-{threads}"),
+           "TILEGRAPH_CACHE_DIR": str(tmp_path / "tilegraph"), launch.COMPILE_THREADS: str(threads)}
+    done = subprocess.run([sys.executable, "-c", FIRST_CALL, PROGRAM], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_first_call_compiles_every_kernel_on_the_pool_and_binds_it(tmp_path):
+    result = first_call(4, tmp_path)
+    assert result["kernels"] >= 2 and result["distinct"] == result["kernels"]
+    assert len(result["compiled_on"]) == result["distinct"], "one compile per distinct kernel"
+    assert all(name.startswith("tilegraph-compile") for name in result["compiled_on"]), result["compiled_on"]
+    assert result["recompiled"] == 0, "the bound binaries are the ones Triton's cache holds for these arguments"
+    assert all(run[0] == "PaperLaunch" and run[1] == 90 and run[2][1:] == [1, 1] for run in result["runs"])
+
+
+def test_one_compile_thread_compiles_in_the_caller(tmp_path):
+    result = first_call(1, tmp_path)
+    assert result["compiled_on"] == ["MainThread"] * result["distinct"]
+    assert result["recompiled"] == 0
+
+
+def test_compile_threads_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv(launch.COMPILE_THREADS, "3")
+    assert launch.compile_threads() == 3
+    monkeypatch.setenv(launch.COMPILE_THREADS, "many")
+    with pytest.raises(TilegraphError, match="TILEGRAPH_COMPILE_THREADS='many': expected a whole number"):
+        launch.compile_threads()
+    monkeypatch.delenv(launch.COMPILE_THREADS)
+    assert 1 <= launch.compile_threads() <= 32
