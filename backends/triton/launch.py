@@ -122,21 +122,60 @@ class Launcher:
             warnings.warn(f"tilegraph: Triton kernels launch through triton.jit's dispatch ({self.direct_error})",
                           RuntimeWarning, stacklevel=3)
 
+    def arguments(self, inputs: Sequence[Any]) -> tuple[list[Any], dict[int, Any]]:
+        """Every slot's tensor for calls with these inputs, without running anything: the inputs, the parameters,
+        and each value a step writes as a tensor of its type (its arena view, the same on every call, or a
+        stand-in for a graph output); and those arena views that kernels write, by slot."""
+        import torch
+
+        from .runtime import torch_dtype
+
+        program, arena = self.program, self.program.generated.arena
+        env = self._env.copy()
+        for index, tensor in zip(self._inputs, inputs):
+            env[index] = tensor
+        fixed = {}
+        for step, source in zip(self.steps, program.generated.kernels):
+            for index, value in zip(step.writes, program.generated.steps[step.position][1]):
+                dtype = torch_dtype(value.type.dtype)
+                if value in arena.offsets:
+                    offset = arena.offsets[value]
+                    env[index] = self.arena[offset:offset + value.type.nbytes].view(dtype).view(value.type.shape)
+                    if source is not None:
+                        fixed[index] = env[index]
+                else:
+                    env[index] = torch.empty(value.type.shape, dtype=dtype, device=self.device)
+        return env, fixed
+
+    def argument_slots(self, source) -> tuple[int, ...]:
+        """The env slots of a kernel's arguments, in order."""
+        names = self.program.generated.names
+        return tuple(self._slots[names[v]] for v in source.args)
+
     def tune(self, inputs: Sequence[Any]) -> None:
-        """Time each kernel's launch configurations on these inputs (CUDA only; cached on disk)."""
+        """Time each kernel's launch configurations (and a dot kernel's block sizes) on tensors for these inputs
+        (CUDA only; cached on disk; `tuner.py`). The kernels expected to take longest go first, since one budget
+        serves the program; each kernel's candidates compile side by side before they are timed."""
         from . import autotune
+        from .tuner import expected_seconds
 
-        program = self.program
+        program, module = self.program, self.program.module()
         cache = autotune.ConfigCache()
+        env, _ = self.arguments(inputs)
+        kernels = [(step, source) for step, source in zip(self.steps, program.generated.kernels) if source is not None]
+        target = program.program.target
+        kernels.sort(key=lambda kernel: -expected_seconds(program.program.kernels[kernel[0].position], target))
+        for step, source in kernels:
+            args = [env[i] for i in self.argument_slots(source)]
 
-        def tuned(step: Step, args: list[Any]):
-            source = program.generated.kernels[step.position]
-            launch = lambda warps, stages: self._launch(step, args, warps, stages)  # noqa: E731
-            if source is not None:
-                program.configs[step.position] = program._tune(step.position, launch, source, self.device, cache)
-            return launch(*program.configs[step.position])
+            def launch(warps: int, stages: int, source=source, args=args):
+                return getattr(module, source.function)[(source.grid,)](*args, num_warps=warps, num_stages=stages)
 
-        self._walk(inputs, tuned)
+            def warm(fn, grid: int, warps: int, stages: int, args=args):
+                if hasattr(fn, "warmup"):  # (the interpreter's functions compile nothing)
+                    fn.warmup(*args, grid=(grid,), num_warps=warps, num_stages=stages)
+
+            program.configs[step.position] = program._tune(step.position, launch, source, self.device, cache, warm)
         program.tuned = True
 
     def _launch(self, step: Step, args: list[Any], warps: int, stages: int):
@@ -168,11 +207,12 @@ def compile_threads() -> int:
 
 
 @contextmanager
-def parallel_compiles(threads: int | None = None) -> Iterator[None]:
+def parallel_compiles(threads: int | None = None, ignore_errors: bool = False) -> Iterator[None]:
     """Kernels that Triton's JIT compiles inside (`JITFunction.warmup`) compile on a pool of threads, through
     Triton's async compile mode: the warm-up returns a future, and all are done when the block ends.
     Most of a compile (MLIR, LLVM, ptxas) runs without the GIL, so a model's 10-30 kernels compile side by side
-    (sm_90 on 2 cores: 1.7x faster). One thread, or a Triton without the mode, compiles in the caller."""
+    (sm_90 on 2 cores: 1.7x faster). One thread, or a Triton without the mode, compiles in the caller.
+    `ignore_errors`: a compile that fails is dropped (its launch will fail, where the caller sees it)."""
     threads = compile_threads() if threads is None else threads
     try:
         from triton.runtime._async_compile import AsyncCompileMode, active_mode
@@ -181,8 +221,12 @@ def parallel_compiles(threads: int | None = None) -> Iterator[None]:
     if threads <= 1 or AsyncCompileMode is None or active_mode.get() is not None:  # (the caller's mode serves)
         yield
         return
-    with ThreadPoolExecutor(threads, thread_name_prefix="tilegraph-compile") as pool, AsyncCompileMode(pool):
-        yield
+    with ThreadPoolExecutor(threads, thread_name_prefix="tilegraph-compile") as pool:
+        try:
+            with AsyncCompileMode(pool, ignore_errors=ignore_errors):
+                yield
+        finally:  # Triton 3.6 leaves its mode set when a compile fails: later compiles would go to a closed pool
+            active_mode.set(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,44 +271,27 @@ class DirectLaunch:
     ALIGN = 16
 
     def __init__(self, launcher: Launcher, inputs: Sequence[Any], runner_for: Callable) -> None:
-        import torch
-
         from .runtime import torch_dtype
         from .tuner import VariantLaunch
 
         program, module, arena = launcher.program, launcher.program.module(), launcher.program.generated.arena
         if not self.accepts(inputs):
             raise ValueError("inputs not 16-byte aligned when the binaries would be bound")
-        names, slots = program.generated.names, launcher._slots
-        env = launcher._env.copy()
-        for index, tensor in zip(launcher._inputs, inputs):
-            env[index] = tensor
-
-        def tensor_for(value):
-            dtype = torch_dtype(value.type.dtype)
-            if value in arena.offsets:
-                offset = arena.offsets[value]
-                return launcher.arena[offset:offset + value.type.nbytes].view(dtype).view(value.type.shape)
-            return torch.empty(value.type.shape, dtype=dtype, device=launcher.device)
-
-        steps, fixed = [], {}  # fixed: env slot -> an arena view a kernel writes, the same tensor on every call
+        env, fixed = launcher.arguments(inputs)
+        steps = []
         for step, source in zip(launcher.steps, program.generated.kernels):
-            writes = list(zip(step.writes, program.generated.steps[step.position][1]))
-            for index, value in writes:  # a stand-in of the right type and alignment where no view is fixed
-                env[index] = tensor_for(value)
-                if source is not None and value in arena.offsets:
-                    fixed[index] = env[index]
             if source is None:
                 steps.append(DirectStep(None, step.reads, (), step))
                 continue
             fn, grid = getattr(module, source.function), source.grid
             if isinstance(fn, VariantLaunch):  # the tuner's block-size variant: its own function and grid
                 fn, grid = fn.fn, fn.grid
-            args = tuple(slots[names[v]] for v in source.args)
+            args = launcher.argument_slots(source)
             warps, stages = program.configs[step.position]
             run = runner_for(fn, grid, [env[i] for i in args], warps, stages)
             fresh = tuple((index, tuple(value.type.shape), torch_dtype(value.type.dtype))
-                          for index, value in writes if value not in arena.offsets)
+                          for index, value in zip(step.writes, program.generated.steps[step.position][1])
+                          if value not in arena.offsets)
             steps.append(DirectStep(run, args, fresh, step))
         # every kernel is compiling by now (`parallel_compiles`): wait for each in turn
         steps = [replace(s, run=s.run.result()) if isinstance(s.run, Compiling) else s for s in steps]

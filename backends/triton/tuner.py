@@ -8,12 +8,17 @@ function up when it runs, so it launches the variant on its own grid), then warp
 timed for it. Winners are kept
 per program (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes,
 device); a cached variant is installed again without timing. Any failure leaves the kernel as generated.
+The launcher hands the kernels over longest first (`expected_seconds`), so a short budget goes where it
+pays, and each set of candidates (the variants, then the winner's warps and stages) compiles side by side
+before any is timed (`warm`, `launch.parallel_compiles`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from . import autotune, variants
+from .launch import parallel_compiles
 
 VARIANT_STAGES = 3  # pipeline stages the variants are compared at (4 warps, 8 for 128x128 blocks and up)
 MIN_KERNEL_S = 3.0  # each kernel's share of the budget: the rest over the kernels left, at least this
@@ -78,8 +83,39 @@ def install(compiled, state: TuningState, source, fn=None, grid: int | None = No
     setattr(module, source.function, originals[source.function] if fn is None else VariantLaunch(fn, grid))
 
 
-def tune_kernel(compiled, position: int, launch, source, device, cache: autotune.ConfigCache) -> tuple[int, int]:
-    """The (warps, stages) to launch kernel `position` with, its block-size variant installed."""
+def expected_seconds(kernel, target) -> float:
+    """A kernel's roofline time on the target it was tiled for: the order the kernels are tuned in."""
+    compute = kernel.flops / target.peak_flops if target.peak_flops else 0.0
+    traffic = kernel.io_bytes / target.dram_bandwidth if target.dram_bandwidth else 0.0
+    return max(compute, traffic)
+
+
+Warm = Callable[[object, int, int, int], object]  # (jit function, grid, warps, stages): compile it for the kernel's arguments
+
+
+def _warm_all(warm: Warm | None, requests: Sequence[tuple[object, int, int, int]]) -> None:
+    """Compile every (function, grid, warps, stages) side by side before any is timed; a compile that fails
+    shows again when its candidate is launched, where the tuner skips it."""
+    if warm is None:
+        return
+    try:
+        with parallel_compiles(ignore_errors=True):
+            for request in requests:
+                warm(*request)
+    except Exception:  # noqa: BLE001 (only the compiles ahead of time are lost: each launch compiles on its own)
+        pass
+
+
+def _installed(compiled, source) -> tuple[object, int]:
+    """The function and grid launched for kernel `source` now (a variant's, once one is installed)."""
+    current = getattr(compiled.module(), source.function)
+    return (current.fn, current.grid) if isinstance(current, VariantLaunch) else (current, source.grid)
+
+
+def tune_kernel(compiled, position: int, launch, source, device, cache: autotune.ConfigCache,
+                warm: Warm | None = None) -> tuple[int, int]:
+    """The (warps, stages) to launch kernel `position` with, its block-size variant installed. `warm`
+    compiles a candidate without launching it (None: each compiles at its first launch)."""
     import torch
 
     state = state_of(compiled)
@@ -107,9 +143,10 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     chosen_variant = None
     if source.uses_dot:
         chosen_variant, times["tiles"] = _tune_tiles(compiled, state, position, launch, source, deadline, budget.clock,
-                                                     key)
-    best, config_times, complete = autotune.tune(launch, autotune.candidates(source.uses_dot), deadline=deadline,
-                                                 clock=budget.clock)
+                                                     key, warm)
+    configs = autotune.candidates(source.uses_dot)
+    _warm_all(warm, [(*_installed(compiled, source), *config) for config in configs])
+    best, config_times, complete = autotune.tune(launch, configs, deadline=deadline, clock=budget.clock)
     times["config"] = config_times
     compiled.timings[position] = times
     choice = autotune.Choice(*best) if chosen_variant is None else \
@@ -120,7 +157,13 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     return best
 
 
-def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key):
+def _variant_warps(kernel, variant: variants.Variant) -> int:
+    """Warps a variant is timed with: 8 for 128x128 blocks and up, else 4."""
+    shape = variants.dot_shape(kernel.with_tiles(variant.tiles))
+    return 8 if shape is not None and max(m * n for m, n, _ in shape.dots) >= 128 * 128 else 4
+
+
+def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None):
     """Time the kernel's block-size variants; install the fastest. (variant or None, {label: ms})."""
     from triton.testing import do_bench
 
@@ -132,12 +175,15 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key)
         loaded = variant_functions(compiled, position, source, proposed)
     except Exception:  # no variants for this kernel: the generated one stays
         return None, {}
+    install(compiled, state, source)  # variant 0 is the generated function itself
+    generated = _installed(compiled, source)
+    _warm_all(warm, [(*(generated if n == 0 else (fn, grid)), _variant_warps(kernel, variant), VARIANT_STAGES)
+                     for n, (variant, fn, grid) in enumerate(loaded)])
     times = {}
     for n, (variant, fn, grid) in enumerate(loaded):
         if n and clock() >= deadline:
             break
-        shape = variants.dot_shape(kernel.with_tiles(variant.tiles))
-        warps = 8 if shape is not None and max(m * n_ for m, n_, _ in shape.dots) >= 128 * 128 else 4
+        warps = _variant_warps(kernel, variant)
         try:
             install(compiled, state, source, None if n == 0 else fn, grid)
             times[variant.label()] = do_bench(lambda: launch(warps, VARIANT_STAGES), warmup=5, rep=20)
@@ -167,4 +213,4 @@ def _install_choice(compiled, state, position, source, choice: autotune.Choice, 
         return False
 
 
-__all__ = ["tune_kernel", "VariantLaunch", "TuningState", "variant_functions", "install"]
+__all__ = ["tune_kernel", "expected_seconds", "VariantLaunch", "TuningState", "variant_functions", "install"]
