@@ -1109,3 +1109,30 @@ def graphs(draw, max_nodes: int = 8, ops: Collection[str] | None = None, dtypes:
     graph.set_outputs([outputs[i] for i in order])
     verify(graph)
     return graph
+
+
+# ----- multi-head attention with its head split and merge ---------------------------------------
+@st.composite
+def head_split_attention(draw, packed: bool | None = None) -> Graph:
+    """Attention over heads as models write it: q, k, v (or one packed qkv tensor, sliced) of shape
+    [batch, length, heads * depth] split into heads by reshape + transpose, and the output merged back
+    (or left [batch, heads, length, depth]). The copies the attention template takes in with it."""
+    batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    length, depth = draw(st.integers(1, 12)), draw(st.sampled_from([2, 4, 8]))
+    packed = draw(st.booleans()) if packed is None else packed
+    keys = length if packed or draw(st.booleans()) else draw(st.integers(1, 12))
+    width = heads * depth
+    b = GraphBuilder("mha")
+    if packed:
+        qkv = b.input("qkv", [batch, length, 3 * width])
+        q, k, v = (b.slice(qkv, start=[0, 0, i * width], stop=[batch, length, (i + 1) * width]) for i in range(3))
+    else:
+        q, k, v = b.input("q", [batch, length, width]), b.input("k", [batch, keys, width]), b.input("v", [batch, keys, width])
+
+    def split(x: Value) -> Value:
+        return b.transpose(b.reshape(x, shape=[batch, x.type.shape[1], heads, depth]), perm=[0, 2, 1, 3])
+
+    o = b.attention(split(q), split(k), split(v), causal=keys == length and draw(st.booleans()))
+    if draw(st.booleans()):
+        o = b.reshape(b.transpose(o, perm=[0, 2, 1, 3]), shape=[batch, length, width])
+    return b.output(o)

@@ -116,6 +116,12 @@ CASES = {
     "attention_bf16": """def f(q: bf16[1, 24, 16], k: bf16[1, 24, 16], v: bf16[1, 24, 16]) -> bf16[1, 24, 16] {
         return attention(q, k, v)
     }""",
+    "attention_heads": """def f(q: f32[2, 40, 48], k: f32[2, 24, 48], v: f32[2, 24, 48]) -> f32[2, 40, 48] {
+        let o = attention(transpose(reshape(q, shape=[2, 40, 3, 16]), perm=[0, 2, 1, 3]),
+                          transpose(reshape(k, shape=[2, 24, 3, 16]), perm=[0, 2, 1, 3]),
+                          transpose(reshape(v, shape=[2, 24, 3, 16]), perm=[0, 2, 1, 3]))
+        return reshape(transpose(o, perm=[0, 2, 1, 3]), shape=[2, 40, 48])
+    }""",
     "conv_relu": """def f(x: f32[2, 3, 11, 11], w: f32[16, 3, 3, 3]) -> f32[2, 16, 9, 9] {
         return relu(conv2d(x, w))
     }""",

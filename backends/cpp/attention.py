@@ -31,7 +31,7 @@ class AttentionEmitter(KernelEmitter):
             raise TilegraphError(f"cpp backend: attention kernel {self.kernel.name} needs one key/value loop")
         self.layout = attention_layout(self.domain, self.kernel.nodes)
         self.match, self.kv = self.layout.match, self.layout.kv
-        return set(self.layout.core)
+        return set(self.layout.core) | {self.domain.index(n) for n in self.match.epilogue}
 
     def _state(self) -> None:
         domain, match = self.domain, self.match
@@ -159,8 +159,8 @@ class AttentionEmitter(KernelEmitter):
         self._close(code, depth)
         self.barrier(code)
         self._close(code, outer)
-        out = match.pv.result
-        target = self.buffers[out].lvalue(domain.compose_map(pv, domain.spaces[pv].outputs[0]), var)
+        out = match.output  # o, or the copies of it that joined the kernel (written through their maps)
+        target = self.buffers[out].lvalue(self.layout.output_map(domain), var)
         depth = self._open(code, self.rows)
         code.line(f"const int64_t r = {self._row_index()};")
         inner = self._open(code, self.e_loops, shared=False)

@@ -278,7 +278,7 @@ class _KernelRun:
         domain = self.domain
         layout = attention_layout(domain, self.kernel.nodes)
         match, scores, kv, mx, pv = layout.match, layout.scores, layout.kv, layout.max, layout.pv
-        out = match.pv.result
+        out = match.output  # o, or the copies of it that joined the kernel (written through their maps)
         dtype = out.type.dtype
         work = np.float32 if dtype.numpy.itemsize <= 4 else dtype.numpy
         for ranges in self.parallel_tiles():
@@ -311,11 +311,12 @@ class _KernelRun:
                 m = m_new
             with np.errstate(all="ignore"):
                 result = acc / total
-            pv_grids = self.node_grids(pv, whole)
             shape = list(self.region_shape(pv, whole))
             shape[kv] = 1
             result = np.broadcast_to(result, shape)
-            index = self.out_index(pv, domain.spaces[pv].outputs[0], pv_grids, tuple(shape))
+            written = layout.written
+            index = self.out_index(written, domain.spaces[written].outputs[0], self.node_grids(written, whole),
+                                   tuple(shape))
             self.buffers[out][index] = _fit(to_dtype(result, dtype), index)
             self.written[out][index] = True
 

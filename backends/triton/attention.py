@@ -3,7 +3,8 @@
 A mixin of the kernel emitter (`kernel.KernelEmitter`). Per program (a tile of query rows, per
 batch), for each key/value tile: the score nodes (q k^T, scale, masks) as generic nodes, then the
 running max `m_i`, running sum `l_i` and rescaled accumulator `o_i`; the output is `o_i / l_i`,
-written once. The same recurrence as the tiled reference executor's `attention()`.
+written once (through the copies that move it into the kernel's output, when they joined the kernel). The
+same recurrence as the tiled reference executor's `attention()`.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class AttentionMixin:
         domain = self.domain
         layout = attention_layout(domain, self.kernel.nodes)
         match, scores, kv, mx, pv = layout.match, layout.scores, layout.kv, layout.max, layout.pv
-        out = match.pv.result
+        out = match.output
         rows = self.region(mx) - {kv}
         acc_loops = self.region(pv) - {kv}
         self.header()
@@ -64,7 +65,7 @@ class AttentionMixin:
         self.env.pop(p_value, None)
         t = tl_type(out.type.dtype)
         self.line(f"res = tl.broadcast_to((o_i / l_i).to(tl.{t}), {self.shape(acc_loops)})")
-        self.store(out, "res", acc_loops, domain.compose_map(pv, domain.spaces[pv].outputs[0]))
+        self.store(out, "res", acc_loops, layout.output_map(domain))
 
 
 __all__ = ["AttentionMixin"]

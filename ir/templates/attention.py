@@ -10,7 +10,10 @@ The pattern, as canonicalize leaves `attention` (or as a user writes it):
     o  = matmul(p, v)            loops (batch.., i, e, j), j reduced
 
 Side operands are kernel inputs or index-only subgraphs (iota, constant, comparisons: a causal
-mask), which join the kernel. Every value inside except `o` must be used only inside the pattern,
+mask), which join the kernel. Copies join it too (`MOVES`: transpose, reshape, slice, broadcast_to),
+where they only move q, k or v into place (a head split: q = transpose(reshape(slice(qkv)))) or move
+`o` out of it (a head merge: reshape(transpose(o))): the kernel then reads and writes the tensors
+on either side through the copies' maps, and no copy is ever made. Every value inside except `o` must be used only inside the pattern,
 so the L x S score matrix never has to exist. The kernel's loops are batch.. and i (parallel, the
 query tiles), j (the key/value loop: a *reduction* carried by the online softmax recurrence
 m' = max(m, rowmax(s)), l' = l*exp(m - m') + rowsum(exp(s - m')), acc' = acc*exp(m - m') +
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilegraph.ir.domain import FULL, KernelDomain, Misaligned, kernel_domain, with_kinds
+from tilegraph.ir.domain import FULL, KernelDomain, Misaligned, kernel_domain, structured_space, with_kinds
 from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.ops.registry import ELEMENTWISE, SOURCE
 from tilegraph.ir.structured import PARALLEL, REDUCTION
@@ -29,6 +32,8 @@ from tilegraph.ir.templates import KernelTemplate, register_template
 
 MATMULS = ("matmul", "batch_matmul")
 MAX_CHAIN = 8
+MOVES = ("transpose", "reshape", "slice", "broadcast_to")  # ops that only move elements (affine, or a
+# reshape's refinement space)
 
 
 @dataclass(frozen=True)
@@ -44,10 +49,11 @@ class AttentionMatch:
     sum: Node
     div: Node
     pv: Node
+    epilogue: tuple[Node, ...] = ()  # copies that move o into the kernel's output, in order
 
     @property
     def output(self) -> Value:
-        return self.pv.result
+        return self.epilogue[-1].result if self.epilogue else self.pv.result
 
 
 def _last_axis_keepdims(node: Node) -> bool:
@@ -73,6 +79,52 @@ def _index_subgraph(value: Value, into: dict[Node, None]) -> None:
     for v in node.inputs:
         _index_subgraph(v, into)
     into[node] = None
+
+
+def _moving(node: Node | None) -> bool:
+    return node is not None and node.op in MOVES and structured_space(node) is not None
+
+
+def _moved_in(value: Value, user: Node, outputs: set[Value]) -> list[Node]:
+    """The copies that move a tensor computed elsewhere into `value` (read by `user`), each read only by the
+    next: innermost first."""
+    chain: list[Node] = []
+    while _moving(value.producer) and value.users == [user] and value not in outputs:
+        user = value.producer
+        chain.append(user)
+        value = user.inputs[0]
+    return chain[::-1]
+
+
+def _moved_out(value: Value, outputs: set[Value]) -> list[Node]:
+    """The copies that move `value` (o) into a tensor read elsewhere, each the only reader of the one before."""
+    chain: list[Node] = []
+    while value not in outputs and len(value.users) == 1 and _moving(value.users[0]):
+        chain.append(value.users[0])
+        value = chain[-1].result
+    return chain
+
+
+_ALIGNS: dict[tuple, bool] = {}
+
+
+def _aligns(match: AttentionMatch) -> bool:
+    """Whether the match's loops align, memoised by the group's structure (each node's op, attributes and
+    types, and where its inputs come from): a model's layers repeat one attention."""
+    position = {n: i for i, n in enumerate(match.nodes)}
+    outside: dict[Value, int] = {}
+    key = tuple((n.op, n.input_types, n.result_types, repr(sorted(n.attrs.items())),
+                 tuple((position[v.producer], v.index) if v.producer in position
+                       else (-1, outside.setdefault(v, len(outside))) for v in n.inputs)) for n in match.nodes)
+    if key not in _ALIGNS:
+        if len(_ALIGNS) >= 1024:
+            _ALIGNS.clear()
+        try:
+            attention_domain(match)
+            _ALIGNS[key] = True
+        except Misaligned:
+            _ALIGNS[key] = False
+    return _ALIGNS[key]
 
 
 def match_attention(pv: Node) -> AttentionMatch | str | None:
@@ -122,23 +174,31 @@ def match_attention(pv: Node) -> AttentionMatch | str | None:
     else:
         return f"{where}: more than {MAX_CHAIN} elementwise ops between the score matmul and the softmax"
     qk = cur
-    kt = qk.inputs[1].producer
-    if kt is not None and kt.op == "transpose" and kt.users == [qk] and kt.result not in kt.graph.outputs:
-        nodes[kt] = None
+    outputs = set(pv.graph.outputs)
     for node in (qk, mx, sub, exp, total, div, pv):
         nodes[node] = None
     order = {n: i for i, n in enumerate(pv.graph.nodes)}
-    members = tuple(sorted(nodes, key=order.__getitem__))
-    inside = set(members)
-    outputs = set(pv.graph.outputs)
-    for node in members:
-        if node is pv:
-            continue
+    for node in nodes:
         for value in node.results:
-            if value in outputs or any(u not in inside for u in value.users):
+            if value is not pv.result and (value in outputs or any(u not in nodes for u in value.users)):
                 return (f"{where}: %{value.name} ({node.op}) is also used outside the pattern, so the "
                         "score matrix would have to be materialised")
-    return AttentionMatch(members, qk, s, mx, sub, exp, total, div, pv)
+    # the copies around it, as many as keep the loops aligned; at least k's transpose (k^T), where it is one
+    moved_in = {n: None for user, j in ((qk, 0), (qk, 1), (pv, 1)) for n in _moved_in(user.inputs[j], user, outputs)}
+    moved_out = tuple(_moved_out(pv.result, outputs))
+    kt = qk.inputs[1].producer
+    kt_only = {kt: None} if kt is not None and kt.op == "transpose" and kt in moved_in else {}
+    tried = [(moved_in, moved_out), (moved_in, ()), (kt_only, moved_out), (kt_only, ())]
+    for n, (ins, out) in enumerate(dict.fromkeys((tuple(i), o) for i, o in tried)):
+        match = AttentionMatch(_ordered({**nodes, **dict.fromkeys(ins), **dict.fromkeys(out)}, order), qk, s, mx, sub,
+                               exp, total, div, pv, out)
+        if (not ins or ins == tuple(kt_only)) and not out or _aligns(match):
+            return match  # (k^T alone: as before the copies joined, its misalignment is the fuse pass's to report)
+    raise AssertionError("unreachable: the last candidate is always taken")
+
+
+def _ordered(nodes: dict[Node, None], order: dict[Node, int]) -> tuple[Node, ...]:
+    return tuple(sorted(nodes, key=order.__getitem__))
 
 
 def attention_domain(match: AttentionMatch) -> KernelDomain:
@@ -175,10 +235,15 @@ class AttentionLayout:
 
     match: AttentionMatch
     core: frozenset[int]  # the online softmax: max, sub, exp, sum, div and the p @ v matmul
-    scores: tuple[int, ...]  # the rest: q @ k^T and the chain that scales and masks it
+    scores: tuple[int, ...]  # q @ k^T, the chain that scales and masks it, the copies moving q, k, v in
     kv: int  # the key/value loop, the one reduction of the domain
     max: int
     pv: int
+    written: int  # the node whose output map places the result: pv, or the last copy moving o out
+
+    def output_map(self, domain: KernelDomain):
+        """Where o's elements go in the kernel's output (`match.output`), over the kernel's loops."""
+        return domain.compose_map(self.written, domain.spaces[self.written].outputs[0])
 
 
 def describe(match: AttentionMatch, domain: KernelDomain) -> str:
@@ -190,8 +255,9 @@ def describe(match: AttentionMatch, domain: KernelDomain) -> str:
 
 def lower_bound(domain: KernelDomain, onchip_bytes: float) -> float | None:
     """FlashAttention's I/O bound L * S * d * e / M words (N^2 d^2 / M, constant 1), batch included, in bytes."""
-    pv, space = domain.nodes[-1], domain.spaces[-1]
-    if space is None or pv.op not in MATMULS:
+    pv = next((n for n in reversed(domain.nodes) if n.op in MATMULS), None)
+    space = None if pv is None else domain.spaces[domain.index(pv)]
+    if space is None:
         return None
     itemsize = pv.results[0].type.dtype.itemsize
     qk = next(n for n in domain.nodes if n.op in MATMULS)
@@ -209,6 +275,7 @@ def attention_layout(domain: KernelDomain, nodes: tuple[Node, ...]) -> Attention
     match = ATTENTION.match_kernel(nodes)
     at = domain.index
     core = frozenset(at(n) for n in (match.max, match.sub, match.exp, match.sum, match.div, match.pv))
+    after = frozenset(at(n) for n in match.epilogue)  # never computed: o is written through their maps
     (kv,) = domain.loops_of_kind(REDUCTION)
-    return AttentionLayout(match, core, tuple(i for i in range(len(domain.nodes)) if i not in core), kv,
-                           at(match.max), at(match.pv))
+    return AttentionLayout(match, core, tuple(i for i in range(len(domain.nodes)) if i not in core | after), kv,
+                           at(match.max), at(match.pv), at(match.epilogue[-1]) if match.epilogue else at(match.pv))

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))  # native_checks: shared with test_sycl (importlib mode)
 from native_checks import FAST_FLAGS, TINY, assert_close, bound_params, check_backend, expected, schedule
-from strategies import graph_inputs, graphs
+from strategies import graph_inputs, graphs, head_split_attention
 
 import tilegraph
 from tilegraph.backends import cpp, reference
@@ -81,6 +81,13 @@ def test_random_attention_convolution_and_normalisation_graphs(data):
            "add", "relu", "mul", "transpose", "sum", "mean", "gather", "concat", "reshape"]
     graph = data.draw(graphs(max_nodes=8, ops=ops))
     check_backend(fast_build, graph, TINY, data.draw(graph_inputs(graph)))
+
+
+@settings(max_examples=8, deadline=None)
+@given(head_split_attention())
+def test_attention_reads_and_writes_through_the_head_split_and_merge(graph):
+    for target in (TINY, CPU):
+        check_backend(fast_build, graph, target, reference.random_inputs(graph))
 
 
 @settings(max_examples=8)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
-from strategies import graph_inputs, graphs
+from strategies import graph_inputs, graphs, head_split_attention
 
 from tilegraph.backends import reference
 from tilegraph.backends.reference.tiled import run_program, split_update
@@ -72,6 +72,12 @@ def test_attention_convolution_and_normalisation_graphs(data):
            "mul", "transpose", "sum"]
     graph = data.draw(graphs(max_nodes=8, ops=ops))
     check(graph, TINY, data.draw(graph_inputs(graph)))
+
+
+@given(head_split_attention())
+def test_attention_reads_and_writes_through_the_head_split_and_merge(graph):
+    for target in (TINY, load_target("cpu")):
+        check(graph, target)
 
 
 # ----- hand-written cases --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from tilegraph.frontends.dsl import parse  # noqa: E402
 from tilegraph.ir import GraphBuilder, TilegraphError  # noqa: E402
 from tilegraph.passes import PassManager  # noqa: E402
 
+from strategies import head_split_attention  # noqa: E402
 from triton_cases import (CASES, EXAMPLES, assert_same, check, check_random, precision_in_force,  # noqa: E402
                           tiny_program)
 
@@ -46,8 +47,8 @@ def test_kernel_kinds_match_the_reference(name):
     check(graph)
 
 
-@pytest.mark.parametrize("name", ["row_sums", "softmax", "matmul_epilogue", "attention", "conv_relu",
-                                  "batch_matmul"])
+@pytest.mark.parametrize("name", ["row_sums", "softmax", "matmul_epilogue", "attention", "attention_heads",
+                                  "conv_relu", "batch_matmul"])
 def test_ragged_tiles_and_carried_reductions(name):
     graph = parse(CASES[name])
     fn = check(graph, tiny=True)
@@ -162,6 +163,15 @@ def test_big_examples_run_under_the_interpreter(example):
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 def test_random_graphs_match_the_reference(data):
     check_random(data)
+
+
+@given(head_split_attention())
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+def test_attention_reads_and_writes_through_the_head_split_and_merge(graph):
+    fn = check(graph)
+    if len(graph.inputs) == 3 and graph.inputs[1].type.shape[1] > 1:  # q, k, v (not sliced from one qkv)
+        (source,) = fn.generated.kernels  # read before the split and written after the merge: no copy made
+        assert set(source.args) == set(fn.program.graph.inputs) | set(fn.program.graph.outputs)
 
 
 # ----- intermediates live in one arena ---------------------------------------------------------------------

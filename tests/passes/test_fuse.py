@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
-from strategies import graphs
+from hypothesis import assume, given, settings
+from strategies import graphs, head_split_attention
 
 from tilegraph.ir import DType, GraphBuilder
 from tilegraph.ir.domain import FULL
@@ -87,6 +87,20 @@ def test_attention_is_one_flash_kernel(causal, mask):
     assert len(domain.loops_of_kind(FULL)) == 2  # head widths d and e stay whole
     if causal:
         assert {"iota", "le"} <= set(ops(kernel))
+
+
+@given(head_split_attention(packed=False))
+@settings(max_examples=30, deadline=None)
+def test_attention_takes_in_the_head_split_and_merge(graph):
+    """The copies that split q, k, v into heads and merge the heads of o join the attention kernel: it reads
+    and writes the tensors on either side, and no copy kernel is left."""
+    assume(graph.inputs[1].type.shape[1] > 1)  # one key position: nothing to stream, no attention kernel
+    program = fused(graph)
+    (kernel,) = program.kernels
+    assert kernel.kind == "attention"
+    graph = program.graph
+    assert set(kernel.inputs) == set(graph.inputs) and list(kernel.outputs) == list(graph.outputs)
+    assert ATTENTION.match_kernel(kernel.nodes).output is graph.outputs[0]
 
 
 def test_attention_weights_used_outside_are_not_flash():

@@ -67,7 +67,8 @@ def test_fusion_aligns_each_layer_structure_once(monkeypatch):
     one = len(calls)
     calls.clear()
     fuse_graph(layers(4))
-    assert len(calls) < 2 * one  # not 4x: layers 2-4 hit the memo (only the seams between layers are new)
+    # not 4x: layers 2-4 hit the memo, and each costs under half what the first did (only its seams are new)
+    assert (len(calls) - one) / 3 < one / 2
 
 
 def test_fused_kernels_carry_the_loop_nest_fusion_found():
