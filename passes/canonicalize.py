@@ -7,6 +7,8 @@ Running it twice gives the same text as running it once.
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -260,7 +262,46 @@ def _reshape(graph: Graph, node: Node) -> Value | None:
         if source.type == node.result.type:
             return source
         return _build(graph, node, "reshape", source, shape=node.attrs["shape"])
+    if inner is not None and inner.op == "slice":
+        return _split_before_slice(graph, node, inner)
     return None
+
+
+def _split_axis(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """(axis, its parts) when `target` is `shape` with one axis split into several, else None."""
+    for axis in range(len(shape)):
+        extra = len(target) - len(shape)
+        parts = target[axis:axis + extra + 1]
+        if extra >= 1 and target[:axis] == shape[:axis] and target[axis + extra + 1:] == shape[axis + 1:] \
+                and math.prod(parts) == shape[axis]:
+            return axis, parts
+    return None
+
+
+def _split_before_slice(graph: Graph, node: Node, sliced: Node) -> Value | None:
+    """reshape(slice(x)) that splits one axis into parts, the slice taking whole rows of the later parts
+    (a packed qkv [b, l, 3 * h * d] sliced into q, k, v, then split into heads [b, l, h, d]): the slice of
+    the split x, slice(reshape(x)). Every node then reads x through an affine map (the slice's offset stays
+    on the outer part), so the head split can join the kernel that reads it."""
+    x, attrs = sliced.inputs[0], sliced.attrs
+    found = _split_axis(sliced.result.type.shape, node.result.type.shape)
+    if found is None:
+        return None
+    axis, parts = found
+    row = math.prod(parts[1:])
+    start, stop, step = attrs["start"][axis], attrs["stop"][axis], attrs["step"][axis]
+    if step != 1 or start % row or x.type.shape[axis] % row:
+        return None
+    shape = x.type.shape[:axis] + (x.type.shape[axis] // row,) + parts[1:] + x.type.shape[axis + 1:]
+    rest = len(parts) - 1
+
+    def split(values: tuple[int, ...], at: int, inner: tuple[int, ...]) -> tuple[int, ...]:
+        return values[:axis] + (at,) + inner + values[axis + 1:]
+
+    split_x = _build(graph, node, "reshape", x, shape=shape)
+    return _build(graph, node, "slice", split_x, start=split(attrs["start"], start // row, (0,) * rest),
+                  stop=split(attrs["stop"], start // row + parts[0], parts[1:]),
+                  step=split(attrs["step"], 1, (1,) * rest))
 
 
 def _broadcast_to(graph: Graph, node: Node) -> Value | None:

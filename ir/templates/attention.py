@@ -85,15 +85,25 @@ def _moving(node: Node | None) -> bool:
     return node is not None and node.op in MOVES and structured_space(node) is not None
 
 
-def _moved_in(value: Value, user: Node, outputs: set[Value]) -> list[Node]:
-    """The copies that move a tensor computed elsewhere into `value` (read by `user`), each read only by the
-    next: innermost first."""
-    chain: list[Node] = []
-    while _moving(value.producer) and value.users == [user] and value not in outputs:
-        user = value.producer
-        chain.append(user)
-        value = user.inputs[0]
-    return chain[::-1]
+def _moved_in(values: list[Value], inside: set[Node], outputs: set[Value]) -> dict[Node, None]:
+    """The copies that move tensors computed elsewhere into `values` (q, k, v), each read only by the
+    pattern or by the other copies (one packed qkv split into heads serves all three)."""
+    moved: dict[Node, None] = {}
+    pending, progress = list(values), True
+    while progress:
+        progress, rest = False, []
+        for value in pending:
+            node = value.producer
+            if node in moved or not _moving(node) or value in outputs:
+                continue  # computed elsewhere: the kernel reads it
+            if all(u in inside or u in moved for u in value.users):
+                moved[node] = None
+                rest.append(node.inputs[0])
+                progress = True
+            else:
+                rest.append(value)  # also read by a copy not taken yet: another operand's chain may take it
+        pending = rest
+    return moved
 
 
 def _moved_out(value: Value, outputs: set[Value]) -> list[Node]:
@@ -183,17 +193,19 @@ def match_attention(pv: Node) -> AttentionMatch | str | None:
             if value is not pv.result and (value in outputs or any(u not in nodes for u in value.users)):
                 return (f"{where}: %{value.name} ({node.op}) is also used outside the pattern, so the "
                         "score matrix would have to be materialised")
-    # the copies around it, as many as keep the loops aligned; at least k's transpose (k^T), where it is one
-    moved_in = {n: None for user, j in ((qk, 0), (qk, 1), (pv, 1)) for n in _moved_in(user.inputs[j], user, outputs)}
+    # the copies around it, as many as keep the loops aligned (each prefix of the copies moving q, k, v in,
+    # nearest first, takes in every reader of what it holds); at least k's transpose (k^T), where it is one
+    moved_in = list(_moved_in([qk.inputs[0], qk.inputs[1], pv.inputs[1]], set(nodes), outputs))
     moved_out = tuple(_moved_out(pv.result, outputs))
     kt = qk.inputs[1].producer
-    kt_only = {kt: None} if kt is not None and kt.op == "transpose" and kt in moved_in else {}
-    tried = [(moved_in, moved_out), (moved_in, ()), (kt_only, moved_out), (kt_only, ())]
-    for n, (ins, out) in enumerate(dict.fromkeys((tuple(i), o) for i, o in tried)):
-        match = AttentionMatch(_ordered({**nodes, **dict.fromkeys(ins), **dict.fromkeys(out)}, order), qk, s, mx, sub,
-                               exp, total, div, pv, out)
-        if (not ins or ins == tuple(kt_only)) and not out or _aligns(match):
-            return match  # (k^T alone: as before the copies joined, its misalignment is the fuse pass's to report)
+    kt_only = [kt] if kt is not None and kt.op == "transpose" and kt in moved_in[:1 + moved_in.index(kt)] \
+        and kt.users == [qk] else []
+    for out in ((moved_out, ()) if moved_out else ((),)):
+        for ins in [moved_in[:n] for n in range(len(moved_in), -1, -1)] + [kt_only]:
+            match = AttentionMatch(_ordered(dict.fromkeys([*nodes, *ins, *out]), order), qk, s, mx, sub, exp, total,
+                                   div, pv, out)
+            if _aligns(match) or (ins == kt_only and not out):  # the last: k^T alone, as before copies joined
+                return match
     raise AssertionError("unreachable: the last candidate is always taken")
 
 

@@ -414,3 +414,31 @@ def test_padding_that_is_not_zeros_along_h_or_w_stays_a_concat():
     after = run_canon(b.graph)
     assert ops(after).count("concat") == 2
     assert_same_results(b.graph, after)
+
+
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.integers(0, 2),
+       st.integers(1, 3), st.sampled_from([(2,), (1, 2), (2, 1)]))
+def test_a_split_of_whole_rows_of_a_slice_becomes_a_slice_of_the_split(rows, width, pieces, heads, first, count,
+                                                                        lead):
+    """reshape(slice(x)) splitting the sliced axis into [heads, width] where the slice takes whole rows of
+    `width` (a packed qkv's q, k, v split into heads) becomes slice(reshape(x)): the slice then sits on the
+    outer part, so both read x through affine maps. A slice that cuts a row stays as it is."""
+    count = min(count, pieces + 2 - first)
+    b = GraphBuilder("packed")
+    x = b.input("x", [*lead, rows, (pieces + 2) * heads * width])
+    start, stop = first * heads * width, (first + count) * heads * width
+    sliced = b.slice(x, start=[0] * len(lead) + [0, start], stop=[*lead, rows, stop])
+    b.output(b.reshape(sliced, shape=[*lead, rows, count * heads, width]))
+    after = run_canon(b.graph)
+    assert [n.op for n in after.nodes] == ["reshape", "slice"]
+    assert_same_results(b.graph, after)
+    assert print_graph(run_canon(after)) == print_graph(after)
+
+
+def test_a_slice_cutting_rows_stays_before_the_split():
+    b = GraphBuilder("cut")
+    x = b.input("x", [3, 12])
+    b.output(b.reshape(b.slice(x, start=[0, 2], stop=[3, 10]), shape=[3, 2, 4]))
+    after = run_canon(b.graph)
+    assert [n.op for n in after.nodes] == ["slice", "reshape"]
+    assert_same_results(b.graph, after)
