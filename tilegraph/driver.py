@@ -10,8 +10,17 @@ DEFAULT_TARGET = "accel-small"
 
 
 def default_pipeline(target: str = DEFAULT_TARGET) -> str:
-    """The pipeline `tilegraph compile` runs when none is given: canonicalize, fuse, tile."""
-    return f"canonicalize,fuse,tile{{target={target}}}"
+    """The pipeline `tilegraph compile` runs when none is given: canonicalize, fuse, tile. On a CPU target
+    attention keeps its head split and merge as kernels of their own (`FuseOptions.template_moves`): the C++
+    backend would make those copies inside the attention kernel, once per tile."""
+    from tilegraph.ir.target import TargetError, load_target
+
+    try:
+        on_cpu = load_target(target).kind == "cpu"
+    except TargetError:  # the tile pass says what is wrong with it
+        on_cpu = False
+    fuse = "fuse{template_moves=false}" if on_cpu else "fuse"
+    return f"canonicalize,{fuse},tile{{target={target}}}"
 
 
 def memory_limited_pipeline(pipeline: str | None, target: str, limit: str | int) -> str:

@@ -34,8 +34,9 @@ class TemplateMatch(Protocol):
 class KernelTemplate:
     """One registered kernel shape.
 
-    match(node): a TemplateMatch anchored at `node`, a string saying why the pattern is there but
-    cannot be used, or None. domain(match): the kernel's loop nest (raises `Misaligned`).
+    match(node, moves=True): a TemplateMatch anchored at `node`, a string saying why the pattern is there
+    but cannot be used, or None; `moves`: whether it takes in the copies around the pattern (the fuse
+    pass's `template_moves`). domain(match): the kernel's loop nest (raises `Misaligned`).
     describe(match, domain): one line for the fusion report. lower_bound(domain, onchip_words):
     the kernel's off-chip traffic lower bound in words, or None for the generic bounds.
     """
@@ -48,13 +49,16 @@ class KernelTemplate:
     lower_bound: Callable[[KernelDomain, float], float | None] | None = None
 
     def match_kernel(self, nodes: tuple[Node, ...]) -> TemplateMatch:
-        """The match that covers exactly `nodes` (a kernel of this kind), anchored at its last node that matches."""
+        """The match that covers exactly `nodes` (a kernel of this kind), anchored at its last node that matches,
+        with or without the copies around the pattern, as the fuse pass made it."""
         for node in reversed(nodes):
-            found = self.match(node)
-            if found is not None and not isinstance(found, str):
-                if set(found.nodes) != set(nodes):
-                    raise ValueError(f"{self.name} kernel holds nodes outside its pattern")
-                return found
+            found = [self.match(node, moves=moves) for moves in (True, False)]
+            if all(f is None or isinstance(f, str) for f in found):
+                continue
+            for match in found:
+                if match is not None and not isinstance(match, str) and set(match.nodes) == set(nodes):
+                    return match
+            raise ValueError(f"{self.name} kernel holds nodes outside its pattern")
         raise ValueError(f"kernel of kind {self.name} holds no {self.name} pattern")
 
     def kernel_domain(self, nodes: tuple[Node, ...]) -> KernelDomain:

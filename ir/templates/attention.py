@@ -137,9 +137,10 @@ def _aligns(match: AttentionMatch) -> bool:
     return _ALIGNS[key]
 
 
-def match_attention(pv: Node) -> AttentionMatch | str | None:
+def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None:
     """The attention pattern ending at matmul `pv`; a reason string when it looks like attention
-    but cannot be one kernel; None when it is not softmax(...) @ v at all."""
+    but cannot be one kernel; None when it is not softmax(...) @ v at all. `moves`: take in the copies
+    around it (else only k's transpose, as before they could join)."""
     if pv.op not in MATMULS:
         return None
     div = pv.inputs[0].producer
@@ -198,8 +199,9 @@ def match_attention(pv: Node) -> AttentionMatch | str | None:
     moved_in = list(_moved_in([qk.inputs[0], qk.inputs[1], pv.inputs[1]], set(nodes), outputs))
     moved_out = tuple(_moved_out(pv.result, outputs))
     kt = qk.inputs[1].producer
-    kt_only = [kt] if kt is not None and kt.op == "transpose" and kt in moved_in[:1 + moved_in.index(kt)] \
-        and kt.users == [qk] else []
+    kt_only = [kt] if kt is not None and kt.op == "transpose" and kt.users == [qk] and kt.result not in outputs else []
+    if not moves:
+        moved_in, moved_out = kt_only, ()
     for out in ((moved_out, ()) if moved_out else ((),)):
         for ins in [moved_in[:n] for n in range(len(moved_in), -1, -1)] + [kt_only]:
             match = AttentionMatch(_ordered(dict.fromkeys([*nodes, *ins, *out]), order), qk, s, mx, sub, exp, total,

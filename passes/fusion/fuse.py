@@ -37,6 +37,9 @@ class FuseOptions:
     """attention/prologues/siblings switch rules on; the rest feed the cost model."""
 
     attention: bool = True  # FlashAttention kernels (a field named after a kernel template switches it)
+    template_moves: bool = True  # a template kernel takes in the copies around it (attention: the head split and
+    # merge), reading and writing through their maps; `driver.default_pipeline` turns it off for CPU targets,
+    # whose C++ kernels would make each copy once per tile
     prologues: bool = True  # elementwise producers into matmul/conv (recomputed per tile of the other side)
     siblings: bool = True  # consumers of one tensor share a kernel (multi-output)
     flops_per_byte: float = 8.0  # machine balance: recompute is worth it when flops / this < bytes saved
@@ -277,7 +280,7 @@ class _Fuser:
     def apply(self, template: KernelTemplate) -> None:
         """Make a kernel of every match of `template` (before the generic merges)."""
         for node in self.graph.nodes:
-            found = template.match(node)
+            found = template.match(node, moves=self.options.template_moves)
             if found is None:
                 continue
             if isinstance(found, str):

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from strategies import graphs, head_split_attention
 
+from tilegraph.frontends.dsl import parse
 from tilegraph.ir import DType, GraphBuilder
 from tilegraph.ir.domain import FULL
 from tilegraph.ir.program import Program
@@ -67,6 +68,14 @@ def test_layer_norm_is_one_kernel():
     assert ops(program.kernels[0]).count("mean") == 2
 
 
+HEADS = """def f(q: f32[2, 16, 24], k: f32[2, 16, 24], v: f32[2, 16, 24]) -> f32[2, 16, 24] {
+    let o = attention(transpose(reshape(q, shape=[2, 16, 3, 8]), perm=[0, 2, 1, 3]),
+                      transpose(reshape(k, shape=[2, 16, 3, 8]), perm=[0, 2, 1, 3]),
+                      transpose(reshape(v, shape=[2, 16, 3, 8]), perm=[0, 2, 1, 3]), causal=true)
+    return reshape(transpose(o, perm=[0, 2, 1, 3]), shape=[2, 16, 24])
+}"""
+
+
 def _attention_graph(length=16, causal=True, mask=False, batch=2, width=8):
     b = GraphBuilder("att")
     q, k, v = (b.input(n, [batch, length, width]) for n in "qkv")
@@ -107,6 +116,20 @@ def test_attention_takes_in_the_head_split_and_merge(graph):
     else:
         assert [ops(k) for k in others] in ([], [["reshape"]])
         assert {n.op for n in attention[0].nodes if n.op in ("slice", "reshape", "transpose")} >= {"slice", "transpose"}
+
+
+def test_on_cpu_targets_attention_keeps_its_head_split_and_merge():
+    """The C++ backend would make in-kernel copies once per tile: CPU pipelines leave them out of attention."""
+    from tilegraph.driver import default_pipeline
+
+    assert "fuse{template_moves=false}" in default_pipeline("cpu") and "template_moves" not in default_pipeline("gpu-h100")
+    graph = parse(HEADS)
+    apart = PassManager("canonicalize,fuse{template_moves=false}").run(graph)
+    (attention,) = [k for k in apart.kernels if k.kind == "attention"]
+    assert {n.op for n in attention.nodes} & {"reshape", "slice"} == set() and len(apart.kernels) > 1
+    assert ATTENTION.match_kernel(attention.nodes).epilogue == ()
+    (together,) = PassManager("canonicalize,fuse").run(graph).kernels
+    assert len(ATTENTION.match_kernel(together.nodes).epilogue) == 2
 
 
 def test_attention_weights_used_outside_are_not_flash():
