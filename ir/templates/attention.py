@@ -137,6 +137,18 @@ def _aligns(match: AttentionMatch) -> bool:
     return _ALIGNS[key]
 
 
+def _keep_private(side: dict[Node, None], nodes: dict[Node, None], outputs: set[Value]) -> None:
+    """Drop from `side` the nodes also read outside the pattern (a constant or mask that CSE shares between a
+    model's layers), and those feeding only dropped ones: the kernel reads what they compute as an input."""
+    changed = True
+    while changed:
+        changed = False
+        for node in list(side):
+            if any(v in outputs or any(u not in nodes and u not in side for u in v.users) for v in node.results):
+                del side[node]
+                changed = True
+
+
 def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None:
     """The attention pattern ending at matmul `pv`; a reason string when it looks like attention
     but cannot be one kernel; None when it is not softmax(...) @ v at all. `moves`: take in the copies
@@ -164,6 +176,7 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
         return f"{where}: scores are not floating point"
 
     nodes: dict[Node, None] = {}
+    side: dict[Node, None] = {}  # index-only subgraphs feeding the chain (a causal mask, a constant)
     memo: dict[Value, bool] = {}
     cur = s.producer
     for _ in range(MAX_CHAIN + 1):
@@ -179,7 +192,7 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
             return f"{where}: cannot tell which operand of %{cur.name} ({cur.op}) carries the scores"
         for v in cur.inputs:
             if v is not path[0] and _index_only(v, memo):
-                _index_subgraph(v, nodes)
+                _index_subgraph(v, side)
         nodes[cur] = None
         cur = path[0].producer
     else:
@@ -188,6 +201,8 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
     outputs = set(pv.graph.outputs)
     for node in (qk, mx, sub, exp, total, div, pv):
         nodes[node] = None
+    _keep_private(side, nodes, outputs)
+    nodes.update(side)
     order = {n: i for i, n in enumerate(pv.graph.nodes)}
     for node in nodes:
         for value in node.results:

@@ -132,6 +132,20 @@ def test_on_cpu_targets_attention_keeps_its_head_split_and_merge():
     assert len(ATTENTION.match_kernel(together.nodes).epilogue) == 2
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_layers_sharing_a_mask_and_constants_each_get_a_flash_kernel(causal):
+    """CSE shares the scale, the -inf fill and a causal mask between a model's layers: each attention reads
+    them as inputs rather than refusing the pattern (it did, for every model with two layers or more)."""
+    b = GraphBuilder("layers")
+    x = b.input("x", [2, 16, 8])
+    for _ in range(2):
+        x = b.attention(x, x, x, causal=causal)
+    b.output(x)
+    program = fused(b.graph)
+    assert [k.kind for k in program.kernels].count("attention") == 2
+    assert not [d for d in program.notes["fusion"] if d.rule == "attention" and not d.accepted]
+
+
 def test_attention_weights_used_outside_are_not_flash():
     b = GraphBuilder("att")
     q, k, v = (b.input(n, [8, 4]) for n in "qkv")
