@@ -11,15 +11,15 @@ DEFAULT_TARGET = "accel-small"
 
 def default_pipeline(target: str = DEFAULT_TARGET) -> str:
     """The pipeline `tilegraph compile` runs when none is given: canonicalize, fuse, tile. On a CPU target
-    attention keeps its head split and merge as kernels of their own (`FuseOptions.template_moves`): the C++
-    backend would make those copies inside the attention kernel, once per tile."""
+    attention runs as generic kernels, its scores materialised (`FuseOptions.attention`): the C++ backend's
+    FlashAttention kernel is slower there (`python benchmarks/cpu_attention.py`)."""
     from tilegraph.ir.target import TargetError, load_target
 
     try:
         on_cpu = load_target(target).kind == "cpu"
     except TargetError:  # the tile pass says what is wrong with it
         on_cpu = False
-    fuse = "fuse{template_moves=false}" if on_cpu else "fuse"
+    fuse = "fuse{attention=false}" if on_cpu else "fuse"
     return f"canonicalize,{fuse},tile{{target={target}}}"
 
 

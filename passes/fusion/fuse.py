@@ -38,8 +38,7 @@ class FuseOptions:
 
     attention: bool = True  # FlashAttention kernels (a field named after a kernel template switches it)
     template_moves: bool = True  # a template kernel takes in the copies around it (attention: the head split and
-    # merge), reading and writing through their maps; `driver.default_pipeline` turns it off for CPU targets,
-    # whose C++ kernels would make each copy once per tile
+    # merge), reading and writing through their maps (the C++ backend makes such copies once per tile)
     prologues: bool = True  # elementwise producers into matmul/conv (recomputed per tile of the other side)
     siblings: bool = True  # consumers of one tensor share a kernel (multi-output)
     flops_per_byte: float = 8.0  # machine balance: recompute is worth it when flops / this < bytes saved
