@@ -26,7 +26,7 @@ read finished values or values of the same tile. Attention kernels override this
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -199,10 +199,25 @@ def reshape_space(source: tuple[int, ...], target: tuple[int, ...]) -> Iteration
                           (Arg(0),), (None,))
 
 
+def node_key(node: Node) -> tuple:
+    """What a node's iteration space depends on: its op, types and attributes (equal in repeated layers)."""
+    return node.op, node.input_types, node.result_types, repr(sorted(node.attrs.items()))
+
+
+def group_structure(nodes: Sequence[Node], key: Callable[[Node], Hashable] = node_key) -> tuple:
+    """A node group's structure: each node's `key` and where each of its inputs comes from (a node of the
+    group, or the n-th outside value). Groups of one structure align the same way: memo keys."""
+    position = {n: i for i, n in enumerate(nodes)}
+    outside: dict[Value, int] = {}
+    return tuple((key(node), tuple((position[v.producer], v.index) if v.producer in position
+                                   else (-1, outside.setdefault(v, len(outside))) for v in node.inputs))
+                 for node in nodes)
+
+
 def structured_space(node: Node) -> IterationSpace | None:
     """The node's iteration space; for a reshape without one in the op library, its refinement space.
-    Memoised by what it depends on (op, attributes, types): a model's layers repeat the same nodes."""
-    key = (node.op, node.input_types, node.result_types, repr(sorted(node.attrs.items())))
+    Memoised by what it depends on (`node_key`): a model's layers repeat the same nodes."""
+    key = node_key(node)
     if key not in _SPACES:
         if len(_SPACES) >= 8192:
             _SPACES.clear()

@@ -8,7 +8,6 @@ Running it twice gives the same text as running it once.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +33,8 @@ class CanonicalizeOptions:
     decompose: bool = True  # replace composite ops (softmax, layer_norm, ...) by structured ops
     fold: bool = True  # evaluate nodes whose operands are all constants or params with data
     fold_limit: int = 65536  # largest tensor (elements) folding reads or creates
-    simplify: bool = True  # x*1, x+0, double transposes, reshape chains, no-op casts/reshapes, zero pads into convs
+    simplify: bool = True  # x*1, x+0, double transposes, reshape chains, no-op casts/reshapes, zero pads into convs,
+    # head splits before slices
     cse: bool = True  # merge nodes with the same op, operands and attributes
 
 
@@ -269,10 +269,12 @@ def _reshape(graph: Graph, node: Node) -> Value | None:
 
 def _split_axis(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
     """(axis, its parts) when `target` is `shape` with one axis split into several, else None."""
+    extra = len(target) - len(shape)
+    if extra < 1:
+        return None
     for axis in range(len(shape)):
-        extra = len(target) - len(shape)
         parts = target[axis:axis + extra + 1]
-        if extra >= 1 and target[:axis] == shape[:axis] and target[axis + extra + 1:] == shape[axis + 1:] \
+        if target[:axis] == shape[:axis] and target[axis + extra + 1:] == shape[axis + 1:] \
                 and math.prod(parts) == shape[axis]:
             return axis, parts
     return None

@@ -272,9 +272,9 @@ class DirectLaunch:
 
     def __init__(self, launcher: Launcher, inputs: Sequence[Any], runner_for: Callable) -> None:
         from .runtime import torch_dtype
-        from .tuner import VariantLaunch
+        from .tuner import installed
 
-        program, module, arena = launcher.program, launcher.program.module(), launcher.program.generated.arena
+        program, arena = launcher.program, launcher.program.generated.arena
         if not self.accepts(inputs):
             raise ValueError("inputs not 16-byte aligned when the binaries would be bound")
         env, fixed = launcher.arguments(inputs)
@@ -283,9 +283,7 @@ class DirectLaunch:
             if source is None:
                 steps.append(DirectStep(None, step.reads, (), step))
                 continue
-            fn, grid = getattr(module, source.function), source.grid
-            if isinstance(fn, VariantLaunch):  # the tuner's block-size variant: its own function and grid
-                fn, grid = fn.fn, fn.grid
+            fn, grid = installed(program, source)  # (the tuner's block-size variant: its own function and grid)
             args = launcher.argument_slots(source)
             warps, stages = program.configs[step.position]
             run = runner_for(fn, grid, [env[i] for i in args], warps, stages)

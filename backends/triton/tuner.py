@@ -90,7 +90,8 @@ def expected_seconds(kernel, target) -> float:
     return max(compute, traffic)
 
 
-Warm = Callable[[object, int, int, int], object]  # (jit function, grid, warps, stages): compile it for the kernel's arguments
+# (jit function, grid, warps, stages): compile it for the kernel's arguments
+Warm = Callable[[object, int, int, int], object]
 
 
 def _warm_all(warm: Warm | None, requests: Sequence[tuple[object, int, int, int]]) -> None:
@@ -106,7 +107,7 @@ def _warm_all(warm: Warm | None, requests: Sequence[tuple[object, int, int, int]
         pass
 
 
-def _installed(compiled, source) -> tuple[object, int]:
+def installed(compiled, source) -> tuple[object, int]:
     """The function and grid launched for kernel `source` now (a variant's, once one is installed)."""
     current = getattr(compiled.module(), source.function)
     return (current.fn, current.grid) if isinstance(current, VariantLaunch) else (current, source.grid)
@@ -145,7 +146,7 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
         chosen_variant, times["tiles"] = _tune_tiles(compiled, state, position, launch, source, deadline, budget.clock,
                                                      key, warm)
     configs = autotune.candidates(source.uses_dot)
-    _warm_all(warm, [(*_installed(compiled, source), *config) for config in configs])
+    _warm_all(warm, [(*installed(compiled, source), *config) for config in configs])
     best, config_times, complete = autotune.tune(launch, configs, deadline=deadline, clock=budget.clock)
     times["config"] = config_times
     compiled.timings[position] = times
@@ -176,7 +177,7 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
     except Exception:  # no variants for this kernel: the generated one stays
         return None, {}
     install(compiled, state, source)  # variant 0 is the generated function itself
-    generated = _installed(compiled, source)
+    generated = installed(compiled, source)
     _warm_all(warm, [(*(generated if n == 0 else (fn, grid)), _variant_warps(kernel, variant), VARIANT_STAGES)
                      for n, (variant, fn, grid) in enumerate(loaded)])
     times = {}
@@ -213,4 +214,5 @@ def _install_choice(compiled, state, position, source, choice: autotune.Choice, 
         return False
 
 
-__all__ = ["tune_kernel", "expected_seconds", "VariantLaunch", "TuningState", "variant_functions", "install"]
+__all__ = ["tune_kernel", "expected_seconds", "installed", "VariantLaunch", "TuningState", "variant_functions",
+           "install"]

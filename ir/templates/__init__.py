@@ -52,13 +52,14 @@ class KernelTemplate:
         """The match that covers exactly `nodes` (a kernel of this kind), anchored at its last node that matches,
         with or without the copies around the pattern, as the fuse pass made it."""
         for node in reversed(nodes):
-            found = [self.match(node, moves=moves) for moves in (True, False)]
-            if all(f is None or isinstance(f, str) for f in found):
-                continue
-            for match in found:
-                if match is not None and not isinstance(match, str) and set(match.nodes) == set(nodes):
-                    return match
-            raise ValueError(f"{self.name} kernel holds nodes outside its pattern")
+            for moves in (True, False):
+                found = self.match(node, moves=moves)
+                if found is None or isinstance(found, str):
+                    break  # no pattern here, with the copies or without
+                if set(found.nodes) == set(nodes):
+                    return found
+            else:
+                raise ValueError(f"{self.name} kernel holds nodes outside its pattern")
         raise ValueError(f"kernel of kind {self.name} holds no {self.name} pattern")
 
     def kernel_domain(self, nodes: tuple[Node, ...]) -> KernelDomain:

@@ -10,11 +10,12 @@ The pattern, as canonicalize leaves `attention` (or as a user writes it):
     o  = matmul(p, v)            loops (batch.., i, e, j), j reduced
 
 Side operands are kernel inputs or index-only subgraphs (iota, constant, comparisons: a causal
-mask), which join the kernel. Copies join it too (`MOVES`: transpose, reshape, slice, broadcast_to),
-where they only move q, k or v into place (a head split: q = transpose(reshape(slice(qkv)))) or move
-`o` out of it (a head merge: reshape(transpose(o))): the kernel then reads and writes the tensors
-on either side through the copies' maps, and no copy is ever made. Every value inside except `o` must be used only inside the pattern,
-so the L x S score matrix never has to exist. The kernel's loops are batch.. and i (parallel, the
+mask), which join the kernel; such nodes that other kernels read too (a constant CSE shares between
+layers) stay outside, read as inputs. Copies join it too (`MOVES`: transpose, reshape, slice,
+broadcast_to), where they only move q, k or v into place (a head split: q = transpose(reshape(slice(qkv))))
+or move `o` out of it (a head merge: reshape(transpose(o))): the kernel then reads and writes the tensors
+on either side through the copies' maps, and no copy is ever made. Every value inside except `o` must be
+used only inside the pattern, so the L x S score matrix never has to exist. The kernel's loops are batch.. and i (parallel, the
 query tiles), j (the key/value loop: a *reduction* carried by the online softmax recurrence
 m' = max(m, rowmax(s)), l' = l*exp(m - m') + rowsum(exp(s - m')), acc' = acc*exp(m - m') +
 exp(s - m') @ v), and d and e (full: a tile holds whole rows of q, k, v). A tile's working set is
@@ -22,9 +23,11 @@ then O(tile_i * d + tile_j * (d + e) + tile_i * tile_j), independent of the sequ
 """
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
-from tilegraph.ir.domain import FULL, KernelDomain, Misaligned, kernel_domain, structured_space, with_kinds
+from tilegraph.ir.domain import (FULL, KernelDomain, Misaligned, group_structure, kernel_domain, structured_space,
+                                 with_kinds)
 from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.ops.registry import ELEMENTWISE, SOURCE
 from tilegraph.ir.structured import PARALLEL, REDUCTION
@@ -32,8 +35,7 @@ from tilegraph.ir.templates import KernelTemplate, register_template
 
 MATMULS = ("matmul", "batch_matmul")
 MAX_CHAIN = 8
-MOVES = ("transpose", "reshape", "slice", "broadcast_to")  # ops that only move elements (affine, or a
-# reshape's refinement space)
+MOVES = ("transpose", "reshape", "slice", "broadcast_to")  # copies, affine (a reshape: its refinement space)
 
 
 @dataclass(frozen=True)
@@ -119,13 +121,9 @@ _ALIGNS: dict[tuple, bool] = {}
 
 
 def _aligns(match: AttentionMatch) -> bool:
-    """Whether the match's loops align, memoised by the group's structure (each node's op, attributes and
-    types, and where its inputs come from): a model's layers repeat one attention."""
-    position = {n: i for i, n in enumerate(match.nodes)}
-    outside: dict[Value, int] = {}
-    key = tuple((n.op, n.input_types, n.result_types, repr(sorted(n.attrs.items())),
-                 tuple((position[v.producer], v.index) if v.producer in position
-                       else (-1, outside.setdefault(v, len(outside))) for v in n.inputs)) for n in match.nodes)
+    """Whether the match's loops align, memoised by the group's structure (`group_structure`): a model's
+    layers repeat one attention."""
+    key = group_structure(match.nodes)
     if key not in _ALIGNS:
         if len(_ALIGNS) >= 1024:
             _ALIGNS.clear()
@@ -137,6 +135,11 @@ def _aligns(match: AttentionMatch) -> bool:
     return _ALIGNS[key]
 
 
+def _read_outside(value: Value, *inside: Container[Node], outputs: set[Value]) -> bool:
+    """Whether `value` is a graph output or read by a node in none of `inside`."""
+    return value in outputs or any(all(u not in group for group in inside) for u in value.users)
+
+
 def _keep_private(side: dict[Node, None], nodes: dict[Node, None], outputs: set[Value]) -> None:
     """Drop from `side` the nodes also read outside the pattern (a constant or mask that CSE shares between a
     model's layers), and those feeding only dropped ones: the kernel reads what they compute as an input."""
@@ -144,7 +147,7 @@ def _keep_private(side: dict[Node, None], nodes: dict[Node, None], outputs: set[
     while changed:
         changed = False
         for node in list(side):
-            if any(v in outputs or any(u not in nodes and u not in side for u in v.users) for v in node.results):
+            if any(_read_outside(v, nodes, side, outputs=outputs) for v in node.results):
                 del side[node]
                 changed = True
 
@@ -206,7 +209,7 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
     order = {n: i for i, n in enumerate(pv.graph.nodes)}
     for node in nodes:
         for value in node.results:
-            if value is not pv.result and (value in outputs or any(u not in nodes for u in value.users)):
+            if value is not pv.result and _read_outside(value, nodes, outputs=outputs):
                 return (f"{where}: %{value.name} ({node.op}) is also used outside the pattern, so the "
                         "score matrix would have to be materialised")
     # the copies around it, as many as keep the loops aligned (each prefix of the copies moving q, k, v in,

@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from tilegraph.ir.domain import (ANCHORS, FULL, KernelDomain, Misaligned, aligned_domain, structured_space,
-                                 whole_anchor_loop)
+from tilegraph.ir.domain import (ANCHORS, FULL, KernelDomain, Misaligned, aligned_domain, group_structure,
+                                 node_key, structured_space, whole_anchor_loop)
 from tilegraph.ir.graph import Graph, Node
 from tilegraph.ir.ops.registry import REDUCTION as REDUCTION_OP
 from tilegraph.ir.program import Kernel, Program
@@ -80,21 +80,11 @@ class _Domains:
     def node_class(self, node: Node) -> int:
         known = self.classes.get(node)
         if known is None:
-            key = (node.op, node.input_types, node.result_types, repr(sorted(node.attrs.items())))
-            known = self.classes[node] = self.class_ids.setdefault(key, len(self.class_ids))
+            known = self.classes[node] = self.class_ids.setdefault(node_key(node), len(self.class_ids))
         return known
 
     def structure(self, nodes: list[Node]) -> tuple:
-        position = {n: i for i, n in enumerate(nodes)}
-        outside: dict = {}
-        parts = []
-        for node in nodes:
-            refs = []
-            for value in node.inputs:
-                p = position.get(value.producer)
-                refs.append((p, value.index) if p is not None else (-1, outside.setdefault(value, len(outside))))
-            parts.append((self.node_class(node), tuple(refs)))
-        return tuple(parts)
+        return group_structure(nodes, self.node_class)
 
     def aligned(self, nodes: list[Node]) -> KernelDomain:
         """aligned_domain(nodes); Misaligned (its reason naming these nodes) where they do not align."""
