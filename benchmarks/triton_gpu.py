@@ -130,6 +130,19 @@ def short_error(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def tuning_log(fn) -> str:
+    """What the first call's tuning timed and chose, per kernel (the log's evidence when a row is slow):
+    the block-size variants' ms, the launch configurations' ms, the winner, and whether calls launch directly."""
+    lines = []
+    for position, times in sorted(fn.timings.items()):
+        tiles = ", ".join(f"{label}: {ms:.3f}" for label, ms in times.get("tiles", {}).items())
+        configs = ", ".join(f"{w}w{s}s: {ms:.3f}" for (w, s), ms in times.get("config", {}).items())
+        lines.append(f"  k{position} -> {fn.configs[position]}; tiles [{tiles}]; configs [{configs}]")
+    launcher = fn.launcher()
+    lines.append(f"  direct launch: {type(launcher.direct).__name__} {launcher.direct_error or ''}".rstrip())
+    return "\n".join(lines)
+
+
 def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *, bytes_moved=None, flops=None,
              cublas=None, roof_name="cuBLAS", note="", tolerance=None) -> Row:
     start = time.perf_counter()
@@ -138,6 +151,8 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
     got = ours()[0]
     synchronize(torch)
     tg_first = time.perf_counter() - start
+    if not DRY_RUN:
+        print(f"{case} {shape} {dtype}: tuning\n{tuning_log(fn)}", flush=True)
     if flops is None and source is not None and not isinstance(source, str):
         flops = sum(k.flops for k in fn.program.kernels) or None  # whole models: the Program's own count
     with torch.no_grad():

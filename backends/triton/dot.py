@@ -15,6 +15,10 @@ from tilegraph.ir.structured import PARALLEL, Arg, Call
 from .scalar import compute_type, tl_type
 
 MIN_DOT = 16  # tl.dot needs every dimension >= 16 on the GPU
+# K lanes of a dot on FMA units (IEEE f32): each thread holds its rows of A and columns of B for the whole
+# K block, so a 64x64 block over K = 128 took 255 registers on sm_90 (3 ms for ViT's MLP on an H100);
+# Inductor's f32 matmul configurations take 32 too
+FMA_K = 32
 GROUP_M = 8  # row tiles per launch group in tiled matmuls (L2 reuse)
 
 
@@ -85,6 +89,12 @@ class DotMixin:
         if any(math.prod(self.loops[d].block for d in group) < MIN_DOT for group in (ms, ns, ks)):
             return None
         return DotPlan((expr.args[0].index, expr.args[1].index), bs, ms, ns, ks)
+
+    def on_fma(self, i: int, plan: DotPlan) -> bool:
+        """Whether node i's tl.dot runs on FMA units, not tensor cores: IEEE f32 (TF32 off, torch's default
+        for matmuls). Such a dot wants a short K block (`FMA_K`) and its B N-major (`packing.py`)."""
+        node = self.domain.nodes[i]
+        return node.inputs[plan.args[0]].type.dtype.name == "f32" and self.options.precision(node.op) == "ieee"
 
     def static_loops(self, i: int, j: int) -> frozenset[int]:
         """The kernel loops operand j of node i spans, before any code is emitted."""

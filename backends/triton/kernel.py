@@ -32,7 +32,7 @@ from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, 
 from tilegraph.ir.templates import lowering_for
 
 from .attention import AttentionMixin
-from .dot import MIN_DOT, DotMixin, split_update
+from .dot import FMA_K, MIN_DOT, DotMixin, split_update
 from .names import NameTable, identifier, py_reserved
 from .options import TritonOptions
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
@@ -145,7 +145,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
     def walk_reductions_in_chunks(self) -> None:
         """Halve the widest reduction block of each reduction node (a carried `for` loop then walks the tile)
         until the node fits REGISTER_BLOCK, or DOT_STAGE_BYTES if it is a tl.dot (whose K keeps MIN_DOT
-        lanes). Which outputs a program computes is unchanged: parallel tiles are the tiling pass's."""
+        lanes; at most FMA_K on FMA units). Which outputs a program computes is unchanged: parallel tiles are the tiling pass's."""
         whole, numel = kept_whole(self.domain), self.numel
         for i, space in enumerate(self.domain.spaces):
             if space is None or all(x is None for x in space.init):
@@ -154,8 +154,9 @@ class KernelEmitter(DotMixin, AttentionMixin):
                 plan = self.dot_plan(i)
                 if plan is not None:
                     itemsize = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize
-                    fits = (numel(plan.ms) + numel(plan.ns)) * numel(plan.bs) * numel(plan.ks) * itemsize \
-                        <= DOT_STAGE_BYTES or numel(plan.ks) <= MIN_DOT
+                    k_lanes = numel(plan.ks)
+                    fits = k_lanes <= MIN_DOT or (k_lanes <= FMA_K or not self.on_fma(i, plan)) and \
+                        (numel(plan.ms) + numel(plan.ns)) * numel(plan.bs) * k_lanes * itemsize <= DOT_STAGE_BYTES
                     chunkable = plan.ks
                 else:
                     fits = numel(self.region(i)) <= REGISTER_BLOCK

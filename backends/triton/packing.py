@@ -6,9 +6,8 @@ channels, so every element of the block is its own memory sector. Stored as w[kh
 same block is contiguous along c, the reduction: K-major, as Hopper's wgmma reads TF32 operands
 from shared memory, so cp.async stages it in 16-byte vectors (the sm_90 build of the ResNet
 block's convolutions: 4-byte copies before). `plan_layouts` picks, per parameter, the axis order its
-dot reads want: the axes of loops walked one at a time first, then its M (or N) axes, then K. A
-parameter that two reads want in
-different orders, that a layout step (torch) reads, or that no straight dot reads keeps its own
+dot reads want: the axes of loops walked one at a time first, then its M (or N) axes, then K (an IEEE
+f32 dot's B: K, then N). A parameter that two reads want in different orders, that a layout step (torch) reads, or that no straight dot reads keeps its own
 layout. The launcher binds the permuted copy once (`permuted`); every address the kernels compute
 for the parameter uses the permuted strides (`KernelEmitter.offsets`). Like the C++ backend's
 weight packs, this is how the backend lays out data it owns, not a decision of the Program's.
@@ -32,9 +31,12 @@ def _wanted(emitter, i: int, plan, which: int) -> tuple[Value, tuple[int, ...]] 
     if amap.pad is not None or any(len(e.terms) != 1 or e.const or e.terms[0][1] != 1 for e in amap.exprs):
         return None
     loop_of = [e.terms[0][0] for e in amap.exprs]
+    # tensor cores read both operands K-major (TF32 only so); a dot on FMA units spreads its lanes along
+    # N, so its B is fastest read N-major ([in, out]; K-major made BERT's matmuls 10x slower on an H200)
+    n_major = which == 1 and emitter.on_fma(i, plan)
     rank = {d: 0 for d in loop_of if emitter.loops[d].block == 1}
-    rank.update({d: 1 for d in (plan.ms if which == 0 else plan.ns)})
-    rank.update({d: 2 for d in plan.ks})
+    rank.update({d: 2 if n_major else 1 for d in (plan.ms if which == 0 else plan.ns)})
+    rank.update({d: 1 if n_major else 2 for d in plan.ks})
     if any(d not in rank for d in loop_of):
         return None
     order = tuple(sorted(range(len(loop_of)), key=lambda axis: (rank[loop_of[axis]], axis)))

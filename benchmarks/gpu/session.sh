@@ -26,7 +26,7 @@ if [ "$WHAT" != triton ]; then
   stamp "dynamo GPU tests"
   # training through CUDA's fused attention ops (flash for bf16, memory-efficient for f32): its own run, so
   # that a failure above (-x) does not skip it
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/frontends/test_dynamo_gpu.py -k fused_attention 2>&1 | tail -8 | tee "$OUT/test_attention_training_gpu.log"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/frontends/test_dynamo_gpu.py -k fused_attention 2>&1 | tee "$OUT/test_attention_training_gpu.log" | tail -30
   stamp "training with fused attention on CUDA"
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/frontends/test_fx_training.py -k cuda 2>&1 | tail -6 | tee "$OUT/test_training_gpu.log"
   stamp "training on CUDA"
@@ -35,7 +35,7 @@ if [ "$WHAT" != triton ]; then
   stamp "dynamo_gpu.py"
 fi
 if [ "$WHAT" != dynamo ]; then
-  timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/backends/test_triton_gpu.py 2>&1 | tail -8 | tee "$OUT/test_triton_gpu.log"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -25
   stamp "triton GPU tests"
   timeout 120 python3 benchmarks/launch_overhead.py --gpu >"$OUT/launch_overhead.log" 2>&1
   cp benchmarks/results/launch_overhead.md "$OUT/" 2>/dev/null; grep -E "^\|" "$OUT/launch_overhead.log" | tail -6

@@ -267,6 +267,20 @@ def test_the_programs_own_tiles_can_win(monkeypatch):
     assert entry.tiles is None
 
 
+def test_a_program_tiled_without_a_target_is_tuned_too(monkeypatch):
+    """A program tiled for a test's tiny target carries no target: the longest-first order takes every kernel
+    as equal (it raised AttributeError on an H100), and the matmul kernel is tuned."""
+    from tilegraph.backends.triton import build
+    from triton_cases import tiny_program
+
+    program = tiny_program(parse(CASES["matmul_epilogue"]))
+    assert program.target is None
+    fn = build(program, reference.random_params(program.graph))
+    assert all(tuner.expected_seconds(kernel, None) == 0.0 for kernel in program.kernels)
+    _tune_once(fn, monkeypatch, fastest=0)
+    assert fn.timings
+
+
 def test_a_spent_budget_leaves_kernels_as_generated_and_uncached(monkeypatch):
     monkeypatch.setenv("TILEGRAPH_TUNE_SECONDS", "0")
     fn = tilegraph.compile(parse(CASES["matmul_epilogue"]), target="triton")

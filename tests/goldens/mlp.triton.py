@@ -8,11 +8,9 @@ def _view(arena, offset, nbytes, shape, dtype):
 
 @triton.jit
 def kernel_k0(x_ptr, w1_ptr, b1_ptr, h_ptr):
-    # tile: d0=16 (parallel), d1=32 (parallel), d2=256 (reduction); w1_ptr stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=32 (parallel), d2=32 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
-    iv2 = 0 + tl.arange(0, 256)
-    ix2 = iv2[None, None, :]
     base1 = (pid % 32) * 32
     pid = pid // 32
     iv1 = base1 + tl.arange(0, 32)
@@ -22,9 +20,12 @@ def kernel_k0(x_ptr, w1_ptr, b1_ptr, h_ptr):
     iv0 = base0 + tl.arange(0, 16)
     ix0 = iv0[:, None, None]
     v0_acc = tl.zeros((16, 32), dtype=tl.float32)
-    x_op = tl.load(x_ptr + (iv0[:, None]) * 256 + (iv2[None, :]))
-    w1_op = tl.load(w1_ptr + (iv2[:, None]) + (iv1[None, :]) * 256)
-    v0_acc = tl.dot(x_op, w1_op, v0_acc, input_precision="ieee")
+    for rb2 in range(0, 256, 32):
+        iv2 = rb2 + tl.arange(0, 32)
+        ix2 = iv2[None, None, :]
+        x_op = tl.load(x_ptr + (iv0[:, None]) * 256 + (iv2[None, :]))
+        w1_op = tl.load(w1_ptr + (iv2[:, None]) * 1024 + (iv1[None, :]))
+        v0_acc = tl.dot(x_op, w1_op, v0_acc, input_precision="ieee")
     v0 = v0_acc
     v0 = tl.reshape(v0, (16, 32, 1))
     b1 = tl.load(b1_ptr + zr + (ix1))
@@ -34,7 +35,7 @@ def kernel_k0(x_ptr, w1_ptr, b1_ptr, h_ptr):
 
 @triton.jit
 def kernel_k1(h_ptr, w2_ptr, x_ptr, v3_ptr):
-    # tile: d0=16 (parallel), d1=16 (parallel), d2=512 (reduction); w2_ptr stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=16 (parallel), d2=32 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
     base1 = (pid % 16) * 16
@@ -46,11 +47,11 @@ def kernel_k1(h_ptr, w2_ptr, x_ptr, v3_ptr):
     iv0 = base0 + tl.arange(0, 16)
     ix0 = iv0[:, None, None]
     v2_acc = tl.zeros((16, 16), dtype=tl.float32)
-    for rb2 in range(0, 1024, 512):
-        iv2 = rb2 + tl.arange(0, 512)
+    for rb2 in range(0, 1024, 32):
+        iv2 = rb2 + tl.arange(0, 32)
         ix2 = iv2[None, None, :]
         h_op = tl.load(h_ptr + (iv0[:, None]) * 1024 + (iv2[None, :]))
-        w2_op = tl.load(w2_ptr + (iv2[:, None]) + (iv1[None, :]) * 1024)
+        w2_op = tl.load(w2_ptr + (iv2[:, None]) * 256 + (iv1[None, :]))
         v2_acc = tl.dot(h_op, w2_op, v2_acc, input_precision="ieee")
     v2 = v2_acc
     v2 = tl.reshape(v2, (16, 16, 1))
@@ -75,5 +76,4 @@ def step_k1(dev, warps, stages, arena, h, w2, x):
 
 STEPS = [step_k0, step_k1]
 ARENA_BYTES = 524288  # liveness
-# parameters bound with permuted axes: w1: [1, 0], w2: [1, 0]
 # outputs: v3

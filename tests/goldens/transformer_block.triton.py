@@ -43,11 +43,9 @@ def kernel_k0(x_ptr, norm_scale_ptr, norm_shift_ptr, v22_ptr, v27_ptr):
 
 @triton.jit
 def kernel_k1(v27_ptr, self_attention_wq_ptr, v1_ptr):
-    # tile: d0=16 (parallel), d1=16 (parallel), d2=128 (reduction); self_attention_wq_ptr stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=16 (parallel), d2=32 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
-    iv2 = 0 + tl.arange(0, 128)
-    ix2 = iv2[None, None, :]
     base1 = (pid % 8) * 16
     pid = pid // 8
     iv1 = base1 + tl.arange(0, 16)
@@ -57,9 +55,12 @@ def kernel_k1(v27_ptr, self_attention_wq_ptr, v1_ptr):
     iv0 = base0 + tl.arange(0, 16)
     ix0 = iv0[:, None, None]
     v1_acc = tl.zeros((16, 16), dtype=tl.float32)
-    v27_op = tl.load(v27_ptr + (iv0[:, None]) * 128 + (iv2[None, :]))
-    self_attention_wq_op = tl.load(self_attention_wq_ptr + (iv2[:, None]) + (iv1[None, :]) * 128)
-    v1_acc = tl.dot(v27_op, self_attention_wq_op, v1_acc, input_precision="ieee")
+    for rb2 in range(0, 128, 32):
+        iv2 = rb2 + tl.arange(0, 32)
+        ix2 = iv2[None, None, :]
+        v27_op = tl.load(v27_ptr + (iv0[:, None]) * 128 + (iv2[None, :]))
+        self_attention_wq_op = tl.load(self_attention_wq_ptr + (iv2[:, None]) * 128 + (iv1[None, :]))
+        v1_acc = tl.dot(v27_op, self_attention_wq_op, v1_acc, input_precision="ieee")
     v1 = v1_acc
     v1 = tl.reshape(v1, (16, 16, 1))
     tl.store(v1_ptr + tl.broadcast_to(zr + (ix0) * 128 + (ix1), (16, 16, 1)), v1)
@@ -123,7 +124,7 @@ def kernel_k4(v1_ptr, v3_ptr, v5_ptr, v8_ptr):
 
 @triton.jit
 def kernel_k5(v8_ptr, self_attention_wo_ptr, self_attention_bo_ptr, x_ptr, v22_ptr, norm_1_scale_ptr, norm_1_shift_ptr, h_ptr, v43_ptr):
-    # tile: d0=16 (parallel), d1=128 (full), d2=64 (reduction); self_attention_wo_ptr stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=128 (full), d2=32 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
     iv1 = 0 + tl.arange(0, 128)
@@ -133,11 +134,11 @@ def kernel_k5(v8_ptr, self_attention_wo_ptr, self_attention_bo_ptr, x_ptr, v22_p
     iv0 = base0 + tl.arange(0, 16)
     ix0 = iv0[:, None, None]
     v9_acc = tl.zeros((16, 128), dtype=tl.float32)
-    for rb2 in range(0, 128, 64):
-        iv2 = rb2 + tl.arange(0, 64)
+    for rb2 in range(0, 128, 32):
+        iv2 = rb2 + tl.arange(0, 32)
         ix2 = iv2[None, None, :]
         v8_op = tl.load(v8_ptr + (iv0[:, None]) * 128 + (iv2[None, :]))
-        self_attention_wo_op = tl.load(self_attention_wo_ptr + (iv2[:, None]) + (iv1[None, :]) * 128)
+        self_attention_wo_op = tl.load(self_attention_wo_ptr + (iv2[:, None]) * 128 + (iv1[None, :]))
         v9_acc = tl.dot(v8_op, self_attention_wo_op, v9_acc, input_precision="ieee")
     v9 = v9_acc
     v9 = tl.reshape(v9, (16, 128, 1))
@@ -170,11 +171,9 @@ def kernel_k5(v8_ptr, self_attention_wo_ptr, self_attention_bo_ptr, x_ptr, v22_p
 
 @triton.jit
 def kernel_k6(v43_ptr, mlp_w1_ptr, mlp_b1_ptr, v14_ptr):
-    # tile: d0=16 (parallel), d1=16 (parallel), d2=128 (reduction); mlp_w1_ptr stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=16 (parallel), d2=32 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
-    iv2 = 0 + tl.arange(0, 128)
-    ix2 = iv2[None, None, :]
     base1 = (pid % 32) * 16
     pid = pid // 32
     iv1 = base1 + tl.arange(0, 16)
@@ -184,9 +183,12 @@ def kernel_k6(v43_ptr, mlp_w1_ptr, mlp_b1_ptr, v14_ptr):
     iv0 = base0 + tl.arange(0, 16)
     ix0 = iv0[:, None, None]
     v12_acc = tl.zeros((16, 16), dtype=tl.float32)
-    v43_op = tl.load(v43_ptr + (iv0[:, None]) * 128 + (iv2[None, :]))
-    mlp_w1_op = tl.load(mlp_w1_ptr + (iv2[:, None]) + (iv1[None, :]) * 128)
-    v12_acc = tl.dot(v43_op, mlp_w1_op, v12_acc, input_precision="ieee")
+    for rb2 in range(0, 128, 32):
+        iv2 = rb2 + tl.arange(0, 32)
+        ix2 = iv2[None, None, :]
+        v43_op = tl.load(v43_ptr + (iv0[:, None]) * 128 + (iv2[None, :]))
+        mlp_w1_op = tl.load(mlp_w1_ptr + (iv2[:, None]) * 512 + (iv1[None, :]))
+        v12_acc = tl.dot(v43_op, mlp_w1_op, v12_acc, input_precision="ieee")
     v12 = v12_acc
     v12 = tl.reshape(v12, (16, 16, 1))
     mlp_b1 = tl.load(mlp_b1_ptr + zr + (ix1))
@@ -196,11 +198,9 @@ def kernel_k6(v43_ptr, mlp_w1_ptr, mlp_b1_ptr, v14_ptr):
 
 @triton.jit
 def kernel_k7(v14_ptr, mlp_w2_ptr, mlp_b2_ptr, h_ptr, v17_ptr):
-    # tile: d0=16 (parallel), d1=16 (parallel), d2=512 (reduction); mlp_w2_ptr stored as axes [1, 0]
+    # tile: d0=16 (parallel), d1=16 (parallel), d2=32 (reduction)
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1), dtype=tl.int32)
-    iv2 = 0 + tl.arange(0, 512)
-    ix2 = iv2[None, None, :]
     base1 = (pid % 8) * 16
     pid = pid // 8
     iv1 = base1 + tl.arange(0, 16)
@@ -210,9 +210,12 @@ def kernel_k7(v14_ptr, mlp_w2_ptr, mlp_b2_ptr, h_ptr, v17_ptr):
     iv0 = base0 + tl.arange(0, 16)
     ix0 = iv0[:, None, None]
     v15_acc = tl.zeros((16, 16), dtype=tl.float32)
-    v14_op = tl.load(v14_ptr + (iv0[:, None]) * 512 + (iv2[None, :]))
-    mlp_w2_op = tl.load(mlp_w2_ptr + (iv2[:, None]) + (iv1[None, :]) * 512)
-    v15_acc = tl.dot(v14_op, mlp_w2_op, v15_acc, input_precision="ieee")
+    for rb2 in range(0, 512, 32):
+        iv2 = rb2 + tl.arange(0, 32)
+        ix2 = iv2[None, None, :]
+        v14_op = tl.load(v14_ptr + (iv0[:, None]) * 512 + (iv2[None, :]))
+        mlp_w2_op = tl.load(mlp_w2_ptr + (iv2[:, None]) * 128 + (iv1[None, :]))
+        v15_acc = tl.dot(v14_op, mlp_w2_op, v15_acc, input_precision="ieee")
     v15 = v15_acc
     v15 = tl.reshape(v15, (16, 16, 1))
     mlp_b2 = tl.load(mlp_b2_ptr + zr + (ix1))
@@ -286,5 +289,4 @@ def step_k7(dev, warps, stages, arena, v14, mlp_w2, mlp_b2, h):
 
 STEPS = [step_k0, step_k1, step_k2, step_k3, step_k4, step_k5, step_k6, step_k7]
 ARENA_BYTES = 229440  # liveness
-# parameters bound with permuted axes: self_attention_wq: [1, 0], self_attention_wk: [1, 0], self_attention_wv: [1, 0], self_attention_wo: [1, 0], mlp_w1: [1, 0], mlp_w2: [1, 0]
 # outputs: v17
