@@ -101,6 +101,24 @@ def test_dot_weights_are_bound_as_their_dots_read_them_and_read_through_their_pe
     np.testing.assert_array_equal(bound.numpy(), want)
 
 
+def test_dots_on_fma_units_walk_k_in_short_blocks():
+    """An IEEE f32 dot runs on FMA units, whose threads hold their rows and columns for the whole K block: it
+    walks K FMA_K lanes at a time, where tensor cores (TF32 here) take the tiling's wider blocks."""
+    from tilegraph.backends.triton.dot import FMA_K
+    from tilegraph.backends.triton.kernel import KernelEmitter
+    from tilegraph.ir.structured import REDUCTION
+
+    graph = parse("def f(x: f32[64, 512], w: f32[512, 64]) -> f32[64, 64] { return x @ w }")
+
+    def k_lanes(fn):
+        (kernel,) = fn.program.kernels
+        loops = KernelEmitter(kernel, kernel.domain, "k", options=fn.options).loops
+        return max(loop.block for loop in loops if loop.kind == REDUCTION)
+
+    assert k_lanes(check(graph)) == FMA_K
+    assert k_lanes(check(graph, tf32=True)) > FMA_K
+
+
 def test_repeated_layers_with_permuted_weights_share_one_function():
     graph = parse("""def f(x: f32[32, 64]) -> f32[32, 64] {
         param w1: f32[64, 64]
