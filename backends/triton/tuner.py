@@ -144,12 +144,16 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     share = (budget.deadline - now) / (len(state.left) + 1)
     deadline = min(budget.deadline, now + max(share, MIN_KERNEL_S))
     times: dict = {}
-    chosen_variant = None
+    chosen_variant, configs = None, autotune.candidates(source.uses_dot)
     if source.uses_dot:
-        chosen_variant, times["tiles"] = _tune_tiles(compiled, state, position, launch, source, deadline, budget.clock,
-                                                     key, warm)
-    configs = autotune.candidates(source.uses_dot)
-    _warm_all(warm, [(*installed(compiled, source), *config) for config in configs])
+        chosen_variant, times["tiles"], timed_at = _tune_tiles(compiled, state, position, launch, source, deadline,
+                                                               budget.clock, key, warm)
+        # the winner's own (warps, stages) first: the one always timed, so a deadline that cuts the rest
+        # never leaves a 256 x 128 block at 4 warps (its accumulator alone would fill the registers)
+        configs = (timed_at, *(c for c in configs if c != timed_at)) if timed_at else configs
+    # past the deadline only the first is timed: compile only it
+    ahead = configs if budget.clock() < deadline else configs[:1]
+    _warm_all(warm, [(*installed(compiled, source), *config) for config in ahead])
     best, config_times, complete = autotune.tune(launch, configs, deadline=deadline, clock=budget.clock)
     times["config"] = config_times
     compiled.timings[position] = times
@@ -168,17 +172,18 @@ def _variant_warps(kernel, variant: variants.Variant) -> int:
 
 
 def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None):
-    """Time the kernel's block-size variants; install the fastest. (variant or None, {label: ms})."""
+    """Time the kernel's block-size variants; install the fastest. (variant or None, {label: ms}, the
+    (warps, stages) the winner was timed at, or None when nothing was timed)."""
     from triton.testing import do_bench
 
     kernel = compiled.program.kernels[position]
     try:
         proposed = variants.dot_variants(kernel, compiled.program.target, options=compiled.options)
         if len(proposed) <= 1:
-            return None, {}
+            return None, {}, None
         loaded = variant_functions(compiled, position, source, proposed)
     except Exception:  # no variants for this kernel: the generated one stays
-        return None, {}
+        return None, {}, None
     install(compiled, state, source)  # variant 0 is the generated function itself
     generated = installed(compiled, source)
     _warm_all(warm, [(*(generated if n == 0 else (fn, grid)), _variant_warps(kernel, variant), VARIANT_STAGES)
@@ -195,13 +200,13 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
             continue
     if not times:
         install(compiled, state, source)
-        return None, {}
+        return None, {}, None
     best = min(times, key=times.get)
     n = next(n for n, (v, _, _) in enumerate(loaded) if v.label() == best)
     variant, fn, grid = loaded[n]
     install(compiled, state, source, None if n == 0 else fn, grid)
     state.launches[key] = (None, None) if n == 0 else (fn, grid)
-    return (None if n == 0 else variant), times
+    return (None if n == 0 else variant), times, (_variant_warps(kernel, variant), VARIANT_STAGES)
 
 
 def _install_choice(compiled, state, position, source, choice: autotune.Choice, key: str) -> bool:

@@ -267,6 +267,32 @@ def test_the_programs_own_tiles_can_win(monkeypatch):
     assert entry.tiles is None
 
 
+def test_a_deadline_after_the_tiles_keeps_the_warps_the_winner_was_timed_at(monkeypatch):
+    """When the budget ends between the block sizes and the launch configurations, the winning variant keeps the
+    warps it was timed with: 8 for a 128 x 128 block, not the 4 of the first candidate (on an H100 a 256 x 128
+    variant at 4 warps spilled its accumulator: 0.486 ms where the generated kernel took 0.083)."""
+    graph = parse("def f(a: f16[256, 256], c: f16[256, 256]) -> f16[256, 256] { return a @ c }")
+    fn = tilegraph.compile(graph, target="triton")
+    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
+    kernel = fn.program.kernels[position]
+    proposed = variants.dot_variants(kernel, fn.program.target)
+    wide = next(n for n, v in enumerate(proposed) if n and tuner._variant_warps(kernel, v) == 8)
+    now = [0.0]
+    tuner.state_of(fn).budget.clock = lambda: now[0]
+    original = tuner._tune_tiles
+
+    def then_the_deadline(*args, **kwargs):
+        result = original(*args, **kwargs)
+        now[0] = 1e9
+        return result
+
+    monkeypatch.setattr(tuner, "_tune_tiles", then_the_deadline)
+    _tune_once(fn, monkeypatch, fastest=wide)
+    times = fn.timings[position]
+    assert min(times["tiles"], key=times["tiles"].get) == proposed[wide].label()
+    assert list(times["config"]) == [(8, tuner.VARIANT_STAGES)] and fn.configs[position] == (8, tuner.VARIANT_STAGES)
+
+
 def test_a_program_tiled_without_a_target_is_tuned_too(monkeypatch):
     """A program tiled for a test's tiny target carries no target: the longest-first order takes every kernel
     as equal (it raised AttributeError on an H100), and the matmul kernel is tuned."""
