@@ -6,8 +6,8 @@ for sm_90 (`TritonProgram.compile_ahead`, Triton's bundled ptxas) and read back.
 
 Per model (`torch_models.WHOLE_MODELS`, transformers with 2 of their layers at full width, as
 `triton_gpu.py --quick` runs them) at batch 32 and 1, in f32 and bf16, at the Program's own tiles and the
-untuned launch configuration (`autotune.default_config`: 4 warps, 3 pipeline stages for dot kernels
-whose blocks fit, else 2), f32 products in TF32 (as
+untuned launch configuration (`autotune.default_config`: 4 warps, 8 for a dot's 128 x 128 accumulator and
+up; 3 pipeline stages for dot kernels whose blocks fit, else 2), f32 products in TF32 (as
 `triton_gpu.py` allows on both sides): how many distinct kernels, how
 many run `tl.dot` and on which tensor-core instructions (`wgmma`, Hopper's; `mma.sync`; none), how
 many stage loads with `cp.async` (what the software pipeliner overlaps with the math), registers, spills

@@ -24,6 +24,7 @@ from pathlib import Path
 DEFAULT = (4, 2)
 DOT_DEFAULT = (4, 3)  # a tl.dot kernel's loads pipelined three stages deep, where they fit
 STAGED_BYTES = 192 << 10  # shared memory all stages' operand blocks may take (the epilogue's scratch needs room)
+WIDE_ACCUMULATOR = 128 * 128  # accumulator elements from which a dot kernel runs 8 warps (`dot_warps`)
 DOT_CANDIDATES = ((4, 3), (8, 3), (4, 4), (8, 4), (4, 2))
 CANDIDATES = ((4, 2), (8, 2), (2, 2), (16, 2), (4, 3))
 TUNE_SECONDS = 60.0  # one program's first-run tuning, at most (compiles included)
@@ -37,12 +38,22 @@ def cache_dir() -> Path:
     return Path(base) / "tilegraph"
 
 
-def default_config(stage_bytes: int | None) -> tuple[int, int]:
-    """(warps, stages) of a kernel before tuning, or when the budget does not reach it: `DOT_DEFAULT` for a
-    tl.dot kernel whose operand blocks (`stage_bytes` a stage) fit three stages in `STAGED_BYTES`, else
-    `DEFAULT`. Untuned dot kernels (most of a whole model's in a short budget) then overlap their loads."""
-    stages = DOT_DEFAULT[1]
-    return DOT_DEFAULT if stage_bytes and stages * stage_bytes <= STAGED_BYTES else DEFAULT
+def dot_warps(accumulator: int) -> int:
+    """Warps for a dot kernel whose largest f32 accumulator block has `accumulator` elements: 8 (two
+    warpgroups) from 128 x 128 up, else 4. At 4 warps a 128 x 256 block took 255 registers a thread on
+    sm_90 (170 at 8), one 4-warp program per multiprocessor."""
+    return 8 if accumulator >= WIDE_ACCUMULATOR else 4
+
+
+def default_config(stage_bytes: int | None, accumulator: int = 0) -> tuple[int, int]:
+    """(warps, stages) of a kernel before tuning, or when the budget does not reach it: `DEFAULT` for a kernel
+    without tl.dot (`stage_bytes` None); for a dot kernel `dot_warps(accumulator)` and three stages where its
+    operand blocks (`stage_bytes` a stage) fit three in `STAGED_BYTES`, else two. Untuned dot kernels (most of
+    a whole model's in a short budget) then overlap their loads."""
+    if not stage_bytes:
+        return DEFAULT
+    stages = DOT_DEFAULT[1] if DOT_DEFAULT[1] * stage_bytes <= STAGED_BYTES else DEFAULT[1]
+    return dot_warps(accumulator), stages
 
 
 def candidates(uses_dot: bool) -> tuple[tuple[int, int], ...]:
@@ -204,5 +215,5 @@ def tune(run, options, deadline: float | None = None, clock=time.perf_counter):
     return min(times, key=times.get), times, complete
 
 
-__all__ = ["DEFAULT", "DOT_DEFAULT", "default_config", "TUNE_SECONDS", "cache_dir", "candidates", "canonical", "config_key", "Choice", "ConfigCache",
+__all__ = ["DEFAULT", "DOT_DEFAULT", "default_config", "dot_warps", "TUNE_SECONDS", "cache_dir", "candidates", "canonical", "config_key", "Choice", "ConfigCache",
            "Budget", "tune"]

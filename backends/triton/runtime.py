@@ -55,14 +55,17 @@ def load_module(text: str):
     return module
 
 
-def stage_bytes(kernel, source, options: TritonOptions) -> int | None:
-    """Bytes of one pipeline stage of a tl.dot kernel's operand blocks ([M, K] and [K, N] of each dot)."""
+def untuned_config(kernel, source, options: TritonOptions) -> tuple[int, int]:
+    """(warps, stages) a kernel launches with before tuning (`autotune.default_config`), from its tl.dot
+    blocks: one pipeline stage of operands ([M, K] and [K, N] of each dot) and the largest accumulator."""
     if source is None or not source.uses_dot:
-        return None
+        return autotune.default_config(None)
     from .variants import dot_shape
 
     shape = dot_shape(kernel, options)
-    return None if shape is None else sum(shape.stage_bytes)
+    if shape is None:
+        return autotune.default_config(None)
+    return autotune.default_config(sum(shape.stage_bytes), shape.accumulator)
 
 
 class TritonProgram(CompiledProgram):
@@ -80,7 +83,7 @@ class TritonProgram(CompiledProgram):
         self.generated = generated
         self.device = device
         self.autotune = autotune_
-        self.configs: list[tuple[int, int]] = [autotune.default_config(stage_bytes(kernel, source, self.options))
+        self.configs: list[tuple[int, int]] = [untuned_config(kernel, source, self.options)
                                                for kernel, source in zip(program.kernels, generated.kernels)]
         self.tuned = False
         self.timings: dict[int, dict] = {}

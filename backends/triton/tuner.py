@@ -166,9 +166,9 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
 
 
 def _variant_warps(kernel, variant: variants.Variant) -> int:
-    """Warps a variant is timed with: 8 for 128x128 blocks and up, else 4."""
+    """Warps a variant is timed with: as an untuned kernel of its blocks would launch (`autotune.dot_warps`)."""
     shape = variants.dot_shape(kernel.with_tiles(variant.tiles))
-    return 8 if shape is not None and max(m * n for m, n, _ in shape.dots) >= 128 * 128 else 4
+    return autotune.dot_warps(shape.accumulator if shape is not None else 0)
 
 
 def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None):

@@ -59,6 +59,11 @@ class Shape:
     straight: bool = False  # every dot is one loop per side: operands load as plain 2-D blocks (pipelined)
 
     @property
+    def accumulator(self) -> int:
+        """Elements of the largest dot's [M, N] accumulator block."""
+        return max(m * n for m, n, _ in self.dots)
+
+    @property
     def stage_bytes(self) -> tuple[int, ...]:
         """Per dot, the bytes of its [M, K] and [K, N] operand blocks: what one pipeline stage holds."""
         return tuple((m * k + k * n) * self.itemsize for m, n, k in self.dots)

@@ -405,16 +405,21 @@ def test_no_device_means_default_configs_and_no_timing():
 
 def test_dot_kernels_pipeline_three_stages_by_default_where_they_fit():
     """Untuned dot kernels (most of a whole model's in a short tuning budget) get three stages unless
-    three stages of their operand blocks would take more than `autotune.STAGED_BYTES`."""
-    from tilegraph.backends.triton.runtime import stage_bytes
+    three stages of their operand blocks would take more than `autotune.STAGED_BYTES`, and 8 warps from a
+    128 x 128 accumulator up (two warpgroups: at 4 warps a 128 x 256 block took 255 registers on sm_90)."""
+    from tilegraph.backends.triton.runtime import untuned_config
 
     assert autotune.default_config(None) == autotune.DEFAULT
     assert autotune.default_config(autotune.STAGED_BYTES // 3) == autotune.DOT_DEFAULT
     assert autotune.default_config(autotune.STAGED_BYTES // 3 + 1) == autotune.DEFAULT
+    assert autotune.default_config(autotune.STAGED_BYTES // 3, 128 * 256) == (8, 3)
     fn = tilegraph.compile(tilegraph.frontends.dsl.parse_file(str(EXAMPLES / "resnet_block.tg")), target="triton")
     for kernel, source, config in zip(fn.program.kernels, fn.generated.kernels, fn.configs):
-        assert config == autotune.default_config(stage_bytes(kernel, source, fn.options))
+        assert config == untuned_config(kernel, source, fn.options)
         assert (config == autotune.DOT_DEFAULT) == (source is not None and source.uses_dot)
+    big = tilegraph.compile(parse("def f(a: f16[4096, 1024], b: f16[1024, 4096]) -> f16[4096, 4096] { return a @ b }"),
+                            target="triton")
+    assert "p128/128 p256/256" in big.backend_report() and big.configs == [(8, 3)]
 
 
 def test_config_cache_round_trips(tmp_path):
