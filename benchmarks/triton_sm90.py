@@ -8,7 +8,8 @@ Per model (`torch_models.WHOLE_MODELS`, transformers with 2 of their layers at f
 `triton_gpu.py --quick` runs them) at batch 32 and 1, in f32 and bf16, at the Program's own tiles and the
 untuned launch configuration (`autotune.default_config`: 4 warps, 8 for a dot's 128 x 128 accumulator and
 up; 3 pipeline stages for dot kernels whose blocks fit, else 2), f32 products in TF32 (as
-`triton_gpu.py` allows on both sides): how many distinct kernels, how
+`triton_gpu.py` allows on both sides) and, at batch 1, also in IEEE f32 (`f32 ieee`: torch's default for
+matmuls, as `dynamo_gpu.py` runs; such dots run on FMA units): how many distinct kernels, how
 many run `tl.dot` and on which tensor-core instructions (`wgmma`, Hopper's; `mma.sync`; none), how
 many stage loads with `cp.async` (what the software pipeliner overlaps with the math), registers, spills
 and shared memory. No times: this is the static half of issue 20, the GPU tables are the other.
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RESULTS = Path(__file__).resolve().parent / "results" / "triton_sm90.md"
 LAYERS = 2
-PLAN = ((32, "f32"), (32, "bf16"), (1, "f32"))
+PLAN = ((32, "f32"), (32, "bf16"), (1, "f32"), (1, "f32 ieee"))  # f32 ieee: TF32 off
 
 
 def row(name: str, batch: int, dtype: str) -> str:
@@ -37,10 +38,10 @@ def row(name: str, batch: int, dtype: str) -> str:
     from tilegraph.frontends.fx import from_module
 
     model = next(m for m in WHOLE_MODELS if m.name == name)
-    module, inputs = model.build_in(dtype, batch, layers=LAYERS)
+    module, inputs = model.build_in(dtype.split()[0], batch, layers=LAYERS)
     with torch.no_grad():
         graph = from_module(module, inputs)
-    fn = tilegraph.compile(graph, target="triton")
+    fn = tilegraph.compile(graph, target="triton", tf32=dtype == "f32")
     start = time.perf_counter()
     records = {r.function: r for r in fn.compile_ahead(90)}
     seconds = time.perf_counter() - start
@@ -70,8 +71,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    # f32 products in TF32 where torch allows it, as benchmarks/triton_gpu.py sets for its f32 rows
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     names = [m.name for m in WHOLE_MODELS if not args.only or m.name in args.only.split(",")]
     rows = []
     for batch, dtype in PLAN:
@@ -92,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
 
 Run {when} by `{command}` (Triton {triton.__version__}, torch {torch.__version__}; the GPU
 machine runs Triton 3.6, whose code can differ). Transformers with {LAYERS} layers at full width. Program
-tiles, the untuned launch configuration (4 warps; 3 stages for dot kernels whose blocks fit, else 2).
+tiles, the untuned launch configuration (4 warps, 8 for a dot's 128 x 128 accumulator and up; 3 stages for dot
+kernels whose blocks fit, else 2). `f32`: products in TF32; `f32 ieee`: TF32 off (torch's default for matmuls),
+so dots run on FMA units (`none`).
 `kernels`: Triton launches per call; `distinct`:
 functions compiled (repeated layers share one); `dot`: distinct kernels with `tl.dot`, then by tensor-core
 instruction; `cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying

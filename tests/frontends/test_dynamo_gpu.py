@@ -207,7 +207,9 @@ def test_training_with_fused_attention_gives_eagers_gradients(graphs, monkeypatc
     want = reference(x).float().square().mean()
     want.backward()
     assert len(aten_graphs) == 2
-    assert all(any("scaled_dot_product" in str(n.target) for n in gm.graph.nodes) for gm in aten_graphs)
+    # the backward op runs through training's wrapper, which makes its random state (its first argument)
+    assert all(any("scaled_dot_product" in str(n.target) + str(n.args[:1]) for n in gm.graph.nodes)
+               for gm in aten_graphs)
     tolerance = {torch.float32: 1e-3, torch.bfloat16: 5e-2}[dtype]
     assert abs(float(loss) - float(want)) <= tolerance * max(abs(float(want)), 1.0)
     for (path, p), q in zip(model.named_parameters(), reference.parameters()):
