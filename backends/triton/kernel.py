@@ -145,7 +145,8 @@ class KernelEmitter(DotMixin, AttentionMixin):
     def walk_reductions_in_chunks(self) -> None:
         """Halve the widest reduction block of each reduction node (a carried `for` loop then walks the tile)
         until the node fits REGISTER_BLOCK, or DOT_STAGE_BYTES if it is a tl.dot (whose K keeps MIN_DOT
-        lanes; at most FMA_K on FMA units). Which outputs a program computes is unchanged: parallel tiles are the tiling pass's."""
+        lanes; at most FMA_K on FMA units). Which outputs a program computes is unchanged: parallel tiles are
+        the tiling pass's."""
         whole, numel = kept_whole(self.domain), self.numel
         for i, space in enumerate(self.domain.spaces):
             if space is None or all(x is None for x in space.init):

@@ -7,10 +7,11 @@ same block is contiguous along c, the reduction: K-major, as Hopper's wgmma read
 from shared memory, so cp.async stages it in 16-byte vectors (the sm_90 build of the ResNet
 block's convolutions: 4-byte copies before). `plan_layouts` picks, per parameter, the axis order its
 dot reads want: the axes of loops walked one at a time first, then its M (or N) axes, then K (an IEEE
-f32 dot's B: K, then N). A parameter that two reads want in different orders, that a layout step (torch) reads, or that no straight dot reads keeps its own
-layout. The launcher binds the permuted copy once (`permuted`); every address the kernels compute
-for the parameter uses the permuted strides (`KernelEmitter.offsets`). Like the C++ backend's
-weight packs, this is how the backend lays out data it owns, not a decision of the Program's.
+f32 dot's B: K, then N). A parameter that two reads want in different orders, that a layout step
+(torch) reads, or that no straight dot reads keeps its own layout. The launcher binds the permuted copy
+once (`permuted`); every address the kernels compute for the parameter uses the permuted strides
+(`KernelEmitter.offsets`). Like the C++ backend's weight packs, this is how the backend lays out data it
+owns, not a decision of the Program's.
 """
 from __future__ import annotations
 
