@@ -16,6 +16,7 @@ import numpy as np
 
 from tilegraph.ir.builder import GraphBuilder
 from tilegraph.ir.graph import Graph, Node, Value, ValueKind
+from tilegraph.ir.index_values import index_only
 from tilegraph.ir.ops.linalg import conv_padding_end
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
@@ -36,6 +37,7 @@ class CanonicalizeOptions:
     simplify: bool = True  # x*1, x+0, double transposes, reshape chains, no-op casts/reshapes, zero pads into convs,
     # head splits before slices
     cse: bool = True  # merge nodes with the same op, operands and attributes
+    private_index_values: bool = True  # each reader its own copy of a value made of constants and indices alone
 
 
 # canonicalize never creates a composite op, so a decomposed graph stays decomposed; kernels and
@@ -92,6 +94,8 @@ def canonicalize_graph(graph: Graph, options: CanonicalizeOptions = Canonicalize
         changed += _add(counts, "erased", eliminate_dead_code(graph))
         if not changed:
             break
+    if options.private_index_values:  # after CSE, which would merge the copies again
+        counts["copied"] = private_index_values(graph)
     return counts
 
 
@@ -110,6 +114,37 @@ def eliminate_dead_code(graph: Graph) -> int:
             graph.remove_param(param)
             erased += 1
     return erased
+
+
+# ----- values of constants and indices -----------------------------------------------------------
+def private_index_values(graph: Graph) -> int:
+    """Give each node reading a value computed from constants and loop indices alone (`index_only`: a
+    scale, a -inf fill, a causal mask) its own copy of the nodes computing it. CSE shares such values
+    between a model's layers, and a shared one became a kernel of its own (a one-element kernel for a
+    scale) whose result the layers read from memory; a private copy fuses into its reader, computed in
+    registers. Returns the nodes added."""
+    memo: dict[Value, bool] = {}
+    outputs = set(graph.outputs)
+    added = 0
+    for node in reversed(list(graph.nodes)):  # readers first: a copy's own operands are split in turn
+        if len(node.results) != 1 or not index_only(node.result, memo):
+            continue
+        value = node.result
+        if len(value.users) < 2 and value not in outputs:
+            continue
+        position = {n: i for i, n in enumerate(graph.nodes)}  # readers in graph order: names are deterministic
+        readers = sorted(value.users, key=position.__getitem__)
+        for reader in readers if value in outputs else readers[1:]:
+            # named after the value, or its op: names CSE frees when it merges the copies again (a second
+            # canonicalize) are taken again in the same order, so canonicalize stays idempotent
+            hint = value.name if value.name[:1].isalpha() else node.op
+            copy = graph.create_node(node.op, node.inputs, node.attrs, name=hint, result_types=node.result_types,
+                                     before=reader, loc=node.loc)
+            for i, operand in enumerate(reader.inputs):
+                if operand is value:
+                    graph.set_input(reader, i, copy.result)
+            added += 1
+    return added
 
 
 # ----- composites --------------------------------------------------------------------------------

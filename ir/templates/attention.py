@@ -10,8 +10,8 @@ The pattern, as canonicalize leaves `attention` (or as a user writes it):
     o  = matmul(p, v)            loops (batch.., i, e, j), j reduced
 
 Side operands are kernel inputs or index-only subgraphs (iota, constant, comparisons: a causal
-mask), which join the kernel; such nodes that other kernels read too (a constant CSE shares between
-layers) stay outside, read as inputs. Copies join it too (`MOVES`: transpose, reshape, slice,
+mask), which join the kernel; such nodes that other kernels read too stay outside, read as inputs
+(canonicalize gives each reader its own copy, unless `private_index_values` is off). Copies join it too (`MOVES`: transpose, reshape, slice,
 broadcast_to), where they only move q, k or v into place (a head split: q = transpose(reshape(slice(qkv))))
 or move `o` out of it (a head merge: reshape(transpose(o))): the kernel then reads and writes the tensors
 on either side through the copies' maps, and no copy is ever made. Every value inside except `o` must be
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from tilegraph.ir.domain import (FULL, KernelDomain, Misaligned, group_structure, kernel_domain, structured_space,
                                  with_kinds)
 from tilegraph.ir.graph import Node, Value
-from tilegraph.ir.ops.registry import ELEMENTWISE, SOURCE
+from tilegraph.ir.index_values import index_only
+from tilegraph.ir.ops.registry import ELEMENTWISE
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.templates import KernelTemplate, register_template
 
@@ -61,17 +62,6 @@ class AttentionMatch:
 def _last_axis_keepdims(node: Node) -> bool:
     rank = node.inputs[0].type.rank
     return node.attrs.get("axes") == (rank - 1,) and node.attrs.get("keepdims") is True
-
-
-def _index_only(value: Value, memo: dict[Value, bool]) -> bool:
-    """Whether a value is computed from nothing but constants and loop indices (a causal mask)."""
-    if value in memo:
-        return memo[value]
-    node = value.producer
-    ok = node is not None and node.opdef.category in (SOURCE, ELEMENTWISE) and node.iteration_space() is not None \
-        and all(_index_only(v, memo) for v in node.inputs)
-    memo[value] = ok
-    return ok
 
 
 def _index_subgraph(value: Value, into: dict[Node, None]) -> None:
@@ -190,11 +180,11 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
         if cur.opdef.category != ELEMENTWISE:
             return f"{where}: %{cur.name} ({cur.op}) between the score matmul and the softmax is not elementwise"
         path = [v for v in cur.inputs if v.type.shape == s.type.shape and v.type.dtype == s.type.dtype
-                and v.producer is not None and not _index_only(v, memo)]
+                and v.producer is not None and not index_only(v, memo)]
         if len(path) != 1:
             return f"{where}: cannot tell which operand of %{cur.name} ({cur.op}) carries the scores"
         for v in cur.inputs:
-            if v is not path[0] and _index_only(v, memo):
+            if v is not path[0] and index_only(v, memo):
                 _index_subgraph(v, side)
         nodes[cur] = None
         cur = path[0].producer

@@ -58,27 +58,27 @@ inline int tg_max_threads() { return 1; }
 
 }  // namespace
 
-// kernel k0 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, relu, add, rsqrt, mul, reshape
-// loops: d0<64 parallel tile 64>, d1<64 parallel tile 16>, d2<32 parallel tile 32>, d3<32 parallel tile 32>, d4<64 reduction tile 64>, d5<3 reduction tile 3>, d6<3 reduction tile 3>
-static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv_bn_w, const float* __restrict__ v10, const float* __restrict__ v12, const float* __restrict__ v14, const float* __restrict__ v22, float* __restrict__ h_) {
-  // tile: d0=64 (parallel), d1=16 (parallel), d2=32 (parallel), d3=32 (parallel), d4=64 (reduction), d5=3 (reduction), d6=3 (reduction)
+// kernel k0 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, relu
+// loops: d0<64 parallel tile 16>, d1<32 parallel tile 32>, d2<32 parallel tile 32>, d3<64 reduction tile 64>, d4<3 reduction tile 3>, d5<3 reduction tile 3>
+static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv_bn_w, const float* __restrict__ v10, const float* __restrict__ v12, const float* __restrict__ v14, float* __restrict__ h_) {
+  // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
 #pragma omp parallel num_threads(tg_threads)
     {
       char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 131072;
 #pragma omp for collapse(1) schedule(static)
-      for (int64_t t1 = 0; t1 < 4; ++t1) {
-        const int64_t lo1 = t1 * 16;
-        const int64_t hi1 = lo1 + 16;
+      for (int64_t t0 = 0; t0 < 4; ++t0) {
+        const int64_t lo0 = t0 * 16;
+        const int64_t hi0 = lo0 + 16;
         float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 0);
         float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 65536);
         {
           // conv2d
-          for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-            for (int64_t b1 = lo1; b1 < hi1; b1 += 8) {
-              for (int64_t b3 = 0; b3 < 32; b3 += 32) {
-                const int64_t mu = tg_lmin(8, hi1 - b1);
-                const int64_t nv = tg_lmin(32, 32 - b3);
+          for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+            for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
+              for (int64_t b2 = 0; b2 < 32; b2 += 32) {
+                const int64_t mu = tg_lmin(8, hi0 - b0);
+                const int64_t nv = tg_lmin(32, 32 - b2);
                 // register blocks: mu in {8}, nv in {32}
                 if (mu == 8 && nv == 32) {
                   tg_vf vacc[8][2];
@@ -88,13 +88,13 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
                     for (int64_t vv = 0; vv < 32; ++vv) row[vv] = ((float)0.0);
                     for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                   }
-                  for (int64_t i4 = 0; i4 < 64; ++i4) {
-                    for (int64_t i5 = 0; i5 < 3; ++i5) {
-                      for (int64_t i6 = 0; i6 < 3; ++i6) {
-                        tg_vf a0[2]; { const int64_t lane_lo = tg_lmax(0, -(b3 + i6 + -1)); const int64_t lane_hi = ((i2 + i5 + -1) >= 0 && (i2 + i5 + -1) < 32) ? tg_lmin(32, 32 - (b3 + i6 + -1)) : 0; tg_load_lanes(a0, &x[32 * i2 + b3 + 1024 * i4 + 32 * i5 + i6 + -33], lane_lo, lane_hi, 2); }
+                  for (int64_t i3 = 0; i3 < 64; ++i3) {
+                    for (int64_t i4 = 0; i4 < 3; ++i4) {
+                      for (int64_t i5 = 0; i5 < 3; ++i5) {
+                        tg_vf a0[2]; { const int64_t lane_lo = tg_lmax(0, -(b2 + i5 + -1)); const int64_t lane_hi = ((i1 + i4 + -1) >= 0 && (i1 + i4 + -1) < 32) ? tg_lmin(32, 32 - (b2 + i5 + -1)) : 0; tg_load_lanes(a0, &x[32 * i1 + b2 + 1024 * i3 + 32 * i4 + i5 + -33], lane_lo, lane_hi, 2); }
 #pragma GCC unroll 8
                         for (int64_t uu = 0; uu < 8; ++uu) {
-                          const float a1 = conv_bn_w[576 * (b1 + uu) + 9 * i4 + 3 * i5 + i6];
+                          const float a1 = conv_bn_w[576 * (b0 + uu) + 9 * i3 + 3 * i4 + i5];
 #pragma GCC unroll 2
                           for (int64_t q = 0; q < 2; ++q) {
                             vacc[uu][q] = (vacc[uu][q] + (a0[q] * a1));
@@ -106,10 +106,10 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                    const float a0_1 = v10[(b1 + uu)];
+                    const float a0_1 = v10[(b0 + uu)];
 #pragma omp simd
                     for (int64_t vv = 0; vv < 32; ++vv) {
-                      v11[1024 * ((b1 + uu) - lo1) + 32 * i2 + (b3 + vv)] = static_cast<float>((row[vv] - a0_1));  // sub
+                      v11[1024 * ((b0 + uu) - lo0) + 32 * i1 + (b2 + vv)] = static_cast<float>((row[vv] - a0_1));  // sub
                     }
                   }
                 }
@@ -119,13 +119,13 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
         }
         {
           // mul
-          for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
+          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
+            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0 = v11[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a1 = v12[i1];
-                  v13[1024 * (i1 - lo1) + 32 * i2 + i3] = static_cast<float>((a0 * a1));
+                  const float a0 = v11[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a1 = v12[i0];
+                  v13[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 * a1));
                 }
               }
             }
@@ -133,14 +133,14 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
         }
         {
           // add, relu
-          for (int64_t i1 = lo1; i1 < hi1; i1 += 1) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
+          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
+            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0_0 = v13[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a0_1 = v14[i1];
+                  const float a0_0 = v13[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a0_1 = v14[i0];
                   const float e0 = (a0_0 + a0_1);  // add
-                  h_[1024 * i1 + 32 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                  h_[1024 * i0 + 32 * i1 + i2] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                 }
               }
             }
@@ -152,19 +152,20 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ conv
   return 0;
 }
 
-// kernel k1 (generic): conv2d, reshape, sub, mul, reshape, add, add, relu
+// kernel k1 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, add, relu
 // loops: d0<64 parallel tile 16>, d1<32 parallel tile 32>, d2<32 parallel tile 32>, d3<64 reduction tile 64>, d4<3 reduction tile 3>, d5<3 reduction tile 3>
-static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ conv_bn_1_w, const float* __restrict__ v22, const float* __restrict__ x, const float* __restrict__ v20, const float* __restrict__ v24, float* __restrict__ v5) {
+static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ conv_bn_1_w, const float* __restrict__ x, const float* __restrict__ v20, const float* __restrict__ v22, const float* __restrict__ v24, float* __restrict__ v5) {
   // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
 #pragma omp parallel num_threads(tg_threads)
     {
-      char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 65536;
+      char* scratch = tg_scratch + static_cast<int64_t>(tg_thread()) * 131072;
 #pragma omp for collapse(1) schedule(static)
       for (int64_t t0 = 0; t0 < 4; ++t0) {
         const int64_t lo0 = t0 * 16;
         const int64_t hi0 = lo0 + 16;
-        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 0);
+        float* __restrict__ v21 = reinterpret_cast<float*>(scratch + 0);
+        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 65536);
         {
           // conv2d
           for (int64_t i1 = 0; i1 < 32; i1 += 1) {
@@ -200,13 +201,25 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ con
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     for (int64_t q = 0; q < 2; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
                     const float a0_1 = v20[(b0 + uu)];
-                    const float a1_1 = v22[(b0 + uu)];
 #pragma omp simd
                     for (int64_t vv = 0; vv < 32; ++vv) {
-                      const float e0 = (row[vv] - a0_1);  // sub
-                      v23[1024 * ((b0 + uu) - lo0) + 32 * i1 + (b2 + vv)] = static_cast<float>((e0 * a1_1));  // mul
+                      v21[1024 * ((b0 + uu) - lo0) + 32 * i1 + (b2 + vv)] = static_cast<float>((row[vv] - a0_1));  // sub
                     }
                   }
+                }
+              }
+            }
+          }
+        }
+        {
+          // mul
+          for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
+            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
+                {
+                  const float a0 = v21[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a1 = v22[i0];
+                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 * a1));
                 }
               }
             }
@@ -261,7 +274,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   float* v5 = reinterpret_cast<float*>(outs[0]);
   float* h_ = reinterpret_cast<float*>(arena + 0);
   int err = 0;
-  if (!err) err = kernel_k0(x, conv_bn_w, v10, v12, v14, v22, h_);
-  if (!err) err = kernel_k1(h_, conv_bn_1_w, v22, x, v20, v24, v5);
+  if (!err) err = kernel_k0(x, conv_bn_w, v10, v12, v14, h_);
+  if (!err) err = kernel_k1(h_, conv_bn_1_w, x, v20, v22, v24, v5);
   return err;
 }

@@ -24,10 +24,10 @@ sycl::queue& tg_queue() { static sycl::queue q; return q; }
 
 }  // namespace
 
-// kernel k0 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, relu, add, rsqrt, mul, reshape
-// loops: d0<64 parallel tile 64>, d1<64 parallel tile 16>, d2<32 parallel tile 32>, d3<32 parallel tile 32>, d4<64 reduction tile 64>, d5<3 reduction tile 3>, d6<3 reduction tile 3>
-static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, const float* v10, const float* v12, const float* v14, const float* v22, float* h_) {
-  // tile: d0=64 (parallel), d1=16 (parallel), d2=32 (parallel), d3=32 (parallel), d4=64 (reduction), d5=3 (reduction), d6=3 (reduction)
+// kernel k0 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, relu
+// loops: d0<64 parallel tile 16>, d1<32 parallel tile 32>, d2<32 parallel tile 32>, d3<64 reduction tile 64>, d4<3 reduction tile 3>, d5<3 reduction tile 3>
+static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, const float* v10, const float* v12, const float* v14, float* h_) {
+  // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
     char* scratch_all = static_cast<char*>(sycl::malloc_device(786432, q));
     q.submit([&](sycl::handler& h) {
@@ -35,20 +35,20 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
         (void)lid;
-        const int64_t t1 = tid / 1 % 4;
+        const int64_t t0 = tid / 1 % 4;
         char* scratch = scratch_all + tid * 196608;
-        const int64_t lo1 = t1 * 16;
-        const int64_t hi1 = lo1 + 16;
+        const int64_t lo0 = t0 * 16;
+        const int64_t hi0 = lo0 + 16;
         float* __restrict__ v0 = reinterpret_cast<float*>(scratch + 0);
         float* __restrict__ v11 = reinterpret_cast<float*>(scratch + 65536);
         float* __restrict__ v13 = reinterpret_cast<float*>(scratch + 131072);
         {
           // conv2d
-          for (int64_t i2 = 0 + lid; i2 < 32; i2 += 8) {
-            for (int64_t b1 = lo1; b1 < hi1; b1 += 8) {
-              for (int64_t b3 = 0; b3 < 32; b3 += 32) {
-                const int64_t mu = tg_lmin(8, hi1 - b1);
-                const int64_t nv = tg_lmin(32, 32 - b3);
+          for (int64_t i1 = 0 + lid; i1 < 32; i1 += 8) {
+            for (int64_t b0 = lo0; b0 < hi0; b0 += 8) {
+              for (int64_t b2 = 0; b2 < 32; b2 += 32) {
+                const int64_t mu = tg_lmin(8, hi0 - b0);
+                const int64_t nv = tg_lmin(32, 32 - b2);
                 // register blocks: mu in {8}, nv in {32}
                 float acc0[8][32];
                 if (mu == 8 && nv == 32) {
@@ -57,15 +57,15 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
                       acc0[uu][vv] = ((float)0.0);
                     }
                   }
-                  for (int64_t i4 = 0; i4 < 64; ++i4) {
-                    for (int64_t i5 = 0; i5 < 3; ++i5) {
-                      for (int64_t i6 = 0; i6 < 3; ++i6) {
+                  for (int64_t i3 = 0; i3 < 64; ++i3) {
+                    for (int64_t i4 = 0; i4 < 3; ++i4) {
+                      for (int64_t i5 = 0; i5 < 3; ++i5) {
                         float a0[32];
 #pragma unroll 32
-                        for (int64_t vv = 0; vv < 32; ++vv) a0[vv] = (((i2 + i5 + -1) >= 0 && (i2 + i5 + -1) < 32 && ((b3 + vv) + i6 + -1) >= 0 && ((b3 + vv) + i6 + -1) < 32) ? x[32 * i2 + (b3 + vv) + 1024 * i4 + 32 * i5 + i6 + -33] : ((float)0.0));
+                        for (int64_t vv = 0; vv < 32; ++vv) a0[vv] = (((i1 + i4 + -1) >= 0 && (i1 + i4 + -1) < 32 && ((b2 + vv) + i5 + -1) >= 0 && ((b2 + vv) + i5 + -1) < 32) ? x[32 * i1 + (b2 + vv) + 1024 * i3 + 32 * i4 + i5 + -33] : ((float)0.0));
 #pragma unroll 8
                         for (int64_t uu = 0; uu < 8; ++uu) {
-                          const float a1 = conv_bn_w[576 * (b1 + uu) + 9 * i4 + 3 * i5 + i6];
+                          const float a1 = conv_bn_w[576 * (b0 + uu) + 9 * i3 + 3 * i4 + i5];
                           for (int64_t vv = 0; vv < 32; ++vv) {
                             acc0[uu][vv] = (acc0[uu][vv] + (a0[vv] * a1));
                           }
@@ -75,7 +75,7 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
                   }
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     for (int64_t vv = 0; vv < 32; ++vv) {
-                      v0[1024 * ((b1 + uu) - lo1) + 32 * i2 + (b3 + vv)] = acc0[uu][vv];
+                      v0[1024 * ((b0 + uu) - lo0) + 32 * i1 + (b2 + vv)] = acc0[uu][vv];
                     }
                   }
                 }
@@ -87,13 +87,13 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
         item.barrier(sycl::access::fence_space::global_and_local);
         {
           // sub
-          for (int64_t i1 = lo1 + lid; i1 < hi1; i1 += 8) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
+          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
+            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0 = v0[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a1 = v10[i1];
-                  v11[1024 * (i1 - lo1) + 32 * i2 + i3] = static_cast<float>((a0 - a1));
+                  const float a0 = v0[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a1 = v10[i0];
+                  v11[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 - a1));
                 }
               }
             }
@@ -102,13 +102,13 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
         item.barrier(sycl::access::fence_space::global_and_local);
         {
           // mul
-          for (int64_t i1 = lo1 + lid; i1 < hi1; i1 += 8) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
+          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
+            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0 = v11[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a1 = v12[i1];
-                  v13[1024 * (i1 - lo1) + 32 * i2 + i3] = static_cast<float>((a0 * a1));
+                  const float a0 = v11[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a1 = v12[i0];
+                  v13[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 * a1));
                 }
               }
             }
@@ -117,14 +117,14 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
         item.barrier(sycl::access::fence_space::global_and_local);
         {
           // add, relu
-          for (int64_t i1 = lo1 + lid; i1 < hi1; i1 += 8) {
-            for (int64_t i2 = 0; i2 < 32; i2 += 1) {
-              for (int64_t i3 = 0; i3 < 32; i3 += 1) {
+          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
+            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0_0 = v13[1024 * (i1 - lo1) + 32 * i2 + i3];
-                  const float a0_1 = v14[i1];
+                  const float a0_0 = v13[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a0_1 = v14[i0];
                   const float e0 = (a0_0 + a0_1);  // add
-                  h_[1024 * i1 + 32 * i2 + i3] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                  h_[1024 * i0 + 32 * i1 + i2] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                 }
               }
             }
@@ -138,23 +138,24 @@ static int kernel_k0(sycl::queue& q, const float* x, const float* conv_bn_w, con
   return 0;
 }
 
-// kernel k1 (generic): conv2d, reshape, sub, mul, reshape, add, add, relu
+// kernel k1 (generic): conv2d, constant, add, rsqrt, mul, reshape, sub, reshape, mul, reshape, add, add, relu
 // loops: d0<64 parallel tile 16>, d1<32 parallel tile 32>, d2<32 parallel tile 32>, d3<64 reduction tile 64>, d4<3 reduction tile 3>, d5<3 reduction tile 3>
-static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, const float* v22, const float* x, const float* v20, const float* v24, float* v5) {
+static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, const float* x, const float* v20, const float* v22, const float* v24, float* v5) {
   // tile: d0=16 (parallel), d1=32 (parallel), d2=32 (parallel), d3=64 (reduction), d4=3 (reduction), d5=3 (reduction)
   {
-    char* scratch_all = static_cast<char*>(sycl::malloc_device(524288, q));
+    char* scratch_all = static_cast<char*>(sycl::malloc_device(786432, q));
     q.submit([&](sycl::handler& h) {
       h.parallel_for(sycl::nd_range<1>(sycl::range<1>(32), sycl::range<1>(8)), [=](sycl::nd_item<1> item) {
         const int64_t tid = static_cast<int64_t>(item.get_group_linear_id());
         const int64_t lid = static_cast<int64_t>(item.get_local_id(0));
         (void)lid;
         const int64_t t0 = tid / 1 % 4;
-        char* scratch = scratch_all + tid * 131072;
+        char* scratch = scratch_all + tid * 196608;
         const int64_t lo0 = t0 * 16;
         const int64_t hi0 = lo0 + 16;
         float* __restrict__ v2 = reinterpret_cast<float*>(scratch + 0);
-        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 65536);
+        float* __restrict__ v21 = reinterpret_cast<float*>(scratch + 65536);
+        float* __restrict__ v23 = reinterpret_cast<float*>(scratch + 131072);
         {
           // conv2d
           for (int64_t i1 = 0 + lid; i1 < 32; i1 += 8) {
@@ -199,16 +200,29 @@ static int kernel_k1(sycl::queue& q, const float* h_, const float* conv_bn_1_w, 
         item.barrier(sycl::access::fence_space::global_and_local);
         item.barrier(sycl::access::fence_space::global_and_local);
         {
-          // sub, mul
+          // sub
           for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
             for (int64_t i1 = 0; i1 < 32; i1 += 1) {
               for (int64_t i2 = 0; i2 < 32; i2 += 1) {
                 {
-                  const float a0_0 = v2[1024 * (i0 - lo0) + 32 * i1 + i2];
-                  const float a0_1 = v20[i0];
-                  const float e0 = (a0_0 - a0_1);  // sub
-                  const float a1_1 = v22[i0];
-                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((e0 * a1_1));  // mul
+                  const float a0 = v2[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a1 = v20[i0];
+                  v21[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 - a1));
+                }
+              }
+            }
+          }
+        }
+        item.barrier(sycl::access::fence_space::global_and_local);
+        {
+          // mul
+          for (int64_t i0 = lo0 + lid; i0 < hi0; i0 += 8) {
+            for (int64_t i1 = 0; i1 < 32; i1 += 1) {
+              for (int64_t i2 = 0; i2 < 32; i2 += 1) {
+                {
+                  const float a0 = v21[1024 * (i0 - lo0) + 32 * i1 + i2];
+                  const float a1 = v22[i0];
+                  v23[1024 * (i0 - lo0) + 32 * i1 + i2] = static_cast<float>((a0 * a1));
                 }
               }
             }
@@ -284,8 +298,8 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   float* h_ = reinterpret_cast<float*>(dev_arena + 0);
   q.wait();
   int err = 0;
-  if (!err) err = kernel_k0(q, x, conv_bn_w, v10, v12, v14, v22, h_);
-  if (!err) err = kernel_k1(q, h_, conv_bn_1_w, v22, x, v20, v24, v5);
+  if (!err) err = kernel_k0(q, x, conv_bn_w, v10, v12, v14, h_);
+  if (!err) err = kernel_k1(q, h_, conv_bn_1_w, x, v20, v22, v24, v5);
   q.memcpy(outs[0], v5, 262144);
   q.wait();
   sycl::free(x, q);

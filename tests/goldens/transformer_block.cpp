@@ -631,9 +631,9 @@ static int kernel_k5(const float* __restrict__ v5, const float* __restrict__ v48
   return 0;
 }
 
-// kernel k6 (generic): matmul, add, add, mean, sub, mul, mean, add, rsqrt, mul, mul, add
+// kernel k6 (generic): matmul, add, add, mean, sub, mul, mean, constant, add, rsqrt, mul, mul, add
 // loops: d0<64 parallel tile 8>, d1<128 full tile 128>, d2<128 reduction tile 128>
-static int kernel_k6(const float* __restrict__ v8, const float* __restrict__ self_attention_wo, const float* __restrict__ self_attention_bo, const float* __restrict__ x, const float* __restrict__ v22, const float* __restrict__ norm_1_scale, const float* __restrict__ norm_1_shift, float* __restrict__ h_, float* __restrict__ v43) {
+static int kernel_k6(const float* __restrict__ v8, const float* __restrict__ self_attention_wo, const float* __restrict__ self_attention_bo, const float* __restrict__ x, const float* __restrict__ norm_1_scale, const float* __restrict__ norm_1_shift, const float* __restrict__ constant, float* __restrict__ h_, float* __restrict__ v43) {
   // tile: d0=8 (parallel), d1=128 (full), d2=128 (reduction)
   {
 #pragma omp parallel num_threads(tg_threads)
@@ -940,6 +940,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   float* mlp_b2 = reinterpret_cast<float*>(ins[13]);
   float* v22 = reinterpret_cast<float*>(ins[14]);
   float* v30 = reinterpret_cast<float*>(ins[15]);
+  float* constant = reinterpret_cast<float*>(ins[16]);
   float* v17 = reinterpret_cast<float*>(outs[0]);
   float* v27 = reinterpret_cast<float*>(arena + 0);
   float* v1 = reinterpret_cast<float*>(arena + 32768);
@@ -957,7 +958,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   if (!err) err = kernel_k3(v1, v3, v30, v48);
   if (!err) err = kernel_k1(v27, self_attention_wv, v5);  // kernel k4
   if (!err) err = kernel_k5(v5, v48, v8);
-  if (!err) err = kernel_k6(v8, self_attention_wo, self_attention_bo, x, v22, norm_1_scale, norm_1_shift, h_, v43);
+  if (!err) err = kernel_k6(v8, self_attention_wo, self_attention_bo, x, norm_1_scale, norm_1_shift, constant, h_, v43);
   if (!err) err = kernel_k7(v43, mlp_w1, mlp_b1, v14);
   if (!err) err = kernel_k8(v14, mlp_w2, mlp_b2, h_, v17);
   return err;

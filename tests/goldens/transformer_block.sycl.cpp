@@ -668,9 +668,9 @@ static int kernel_k5(sycl::queue& q, const float* v5, const float* v48, float* v
   return 0;
 }
 
-// kernel k6 (generic): matmul, add, add, mean, sub, mul, mean, add, rsqrt, mul, mul, add
+// kernel k6 (generic): matmul, add, add, mean, sub, mul, mean, constant, add, rsqrt, mul, mul, add
 // loops: d0<64 parallel tile 4>, d1<128 full tile 128>, d2<128 reduction tile 128>
-static int kernel_k6(sycl::queue& q, const float* v8, const float* self_attention_wo, const float* self_attention_bo, const float* x, const float* v22, const float* norm_1_scale, const float* norm_1_shift, float* h_, float* v43) {
+static int kernel_k6(sycl::queue& q, const float* v8, const float* self_attention_wo, const float* self_attention_bo, const float* x, const float* norm_1_scale, const float* norm_1_shift, const float* constant, float* h_, float* v43) {
   // tile: d0=4 (parallel), d1=128 (full), d2=128 (reduction)
   {
     q.submit([&](sycl::handler& h) {
@@ -1053,6 +1053,8 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   q.memcpy(v22, ins[14], 4);
   float* v30 = sycl::malloc_device<float>(1, q);
   q.memcpy(v30, ins[15], 4);
+  float* constant = sycl::malloc_device<float>(1, q);
+  q.memcpy(constant, ins[16], 4);
   float* v17 = sycl::malloc_device<float>(8192, q);
   float* v27 = reinterpret_cast<float*>(dev_arena + 0);
   float* v1 = reinterpret_cast<float*>(dev_arena + 32768);
@@ -1071,7 +1073,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   if (!err) err = kernel_k3(q, v1, v3, v30, v48);
   if (!err) err = kernel_k1(q, v27, self_attention_wv, v5);  // kernel k4
   if (!err) err = kernel_k5(q, v5, v48, v8);
-  if (!err) err = kernel_k6(q, v8, self_attention_wo, self_attention_bo, x, v22, norm_1_scale, norm_1_shift, h_, v43);
+  if (!err) err = kernel_k6(q, v8, self_attention_wo, self_attention_bo, x, norm_1_scale, norm_1_shift, constant, h_, v43);
   if (!err) err = kernel_k7(q, v43, mlp_w1, mlp_b1, v14);
   if (!err) err = kernel_k8(q, v14, mlp_w2, mlp_b2, h_, v17);
   q.memcpy(outs[0], v17, 32768);
@@ -1092,6 +1094,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   sycl::free(mlp_b2, q);
   sycl::free(v22, q);
   sycl::free(v30, q);
+  sycl::free(constant, q);
   sycl::free(v17, q);
   sycl::free(dev_arena, q);
   return err;

@@ -185,6 +185,30 @@ def test_cse_never_merges_inputs_or_params():
     assert [v.name for v in after.params] == ["p", "q"]
 
 
+# ----- values of constants and indices -----------------------------------------------------------------
+@given(readers=st.integers(2, 5), masked=st.booleans(), scale=st.floats(-4, 4, allow_nan=False, width=32))
+def test_each_reader_gets_its_own_copy_of_a_value_of_constants_and_indices(readers, masked, scale):
+    """A scale (and a causal mask, iota against iota) that CSE shares between readers is copied per reader,
+    nodes feeding it included, so each fuses into its reader's kernel; results are unchanged, and with the
+    switch off the readers share one."""
+    b, xs = builder(*["f32[4, 4]"] * readers)
+    outs = []
+    for x in xs:
+        y = b.mul(x, b.constant(scale))
+        if masked:
+            rows, cols = b.iota(shape=[4, 4], axis=0, dtype="i32"), b.iota(shape=[4, 4], axis=1, dtype="i32")
+            y = b.where(b.ge(rows, cols), y, b.constant(-1.0))
+        outs.append(y)
+    g = b.output(*outs)
+    after = run_canon(g)
+    index_nodes = [n for n in after.nodes if n.op in ("constant", "iota", "ge")]
+    assert index_nodes and all(len(n.result.users) <= 1 for n in index_nodes)
+    assert ops(after).count("iota") == (2 * readers if masked else 0)
+    assert_same_results(g, after)
+    shared = run_canon(g, private_index_values=False)
+    assert [n for n in shared.nodes if n.op == "constant" and len(n.result.users) > 1]
+
+
 # ----- dead code -------------------------------------------------------------------------------------
 def test_dead_nodes_and_dead_params_with_data_go_but_inputs_and_plain_params_stay():
     b, (x,) = builder("f32[3]")

@@ -134,17 +134,21 @@ def test_template_moves_off_keeps_attentions_head_split_and_merge_apart():
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_layers_sharing_a_mask_and_constants_each_get_a_flash_kernel(causal):
-    """CSE shares the scale, the -inf fill and a causal mask between a model's layers: each attention reads
-    them as inputs rather than refusing the pattern (it did, for every model with two layers or more)."""
+@pytest.mark.parametrize("private", [True, False])
+def test_layers_sharing_a_mask_and_constants_each_get_a_flash_kernel(causal, private):
+    """CSE shares the scale, the -inf fill and a causal mask between a model's layers. canonicalize gives each
+    layer its own copies (`private_index_values`), so the two attention kernels are all there is; with that
+    off, each attention reads the shared ones as inputs rather than refusing the pattern (it did, for every
+    model with two layers or more)."""
     b = GraphBuilder("layers")
     x = b.input("x", [2, 16, 8])
     for _ in range(2):
         x = b.attention(x, x, x, causal=causal)
     b.output(x)
-    program = fused(b.graph)
+    program = PassManager(f"canonicalize{{private_index_values={str(private).lower()}}},fuse").run(b.graph)
     assert [k.kind for k in program.kernels].count("attention") == 2
     assert not [d for d in program.notes["fusion"] if d.rule == "attention" and not d.accepted]
+    assert (len(program.kernels) == 2) == private
 
 
 def test_attention_weights_used_outside_are_not_flash():
