@@ -4,7 +4,9 @@ A mixin of the kernel emitter (`kernel.KernelEmitter`). Per program (a tile of q
 batch), for each key/value tile: the score nodes (q k^T, scale, masks) as generic nodes, then the
 running max `m_i`, running sum `l_i` and rescaled accumulator `o_i`; the output is `o_i / l_i`,
 written once (through the copies that move it into the kernel's output, when they joined the kernel). The
-same recurrence as the tiled reference executor's `attention()`.
+same recurrence as the tiled reference executor's `attention()`. Where p @ v is one 2-D tl.dot over one
+row loop, `o_i` stays the dot's [rows, width] accumulator (`tl.dot(p, v, o_i * scale)`), as FlashAttention
+kernels keep it: no reshape of the product into the kernel's rank-R blocks per key/value tile.
 """
 from __future__ import annotations
 
@@ -24,9 +26,14 @@ class AttentionMixin:
         rows = self.region(mx) - {kv}
         acc_loops = self.region(pv) - {kv}
         self.header()
+        plan = self.dot_plan(pv)
+        # o_i as the dot's own accumulator: one row loop (the query tile), no batch loop in the dot
+        flat = plan is not None and not plan.bs and len(plan.ms) == 1 and \
+            {d for d in rows if self.loops[d].block > 1} == set(plan.ms)
+        m, n = (self.numel(plan.ms), self.numel(plan.ns)) if flat else (0, 0)
         self.line(f"m_i = tl.full({self.shape(rows)}, float('-inf'), tl.float32)")
         self.line(f"l_i = tl.zeros({self.shape(rows)}, dtype=tl.float32)")
-        self.line(f"o_i = tl.zeros({self.shape(acc_loops)}, dtype=tl.float32)")
+        self.line(f"o_i = tl.zeros({f'({m}, {n})' if flat else self.shape(acc_loops)}, dtype=tl.float32)")
         opened = self.reduction_loops((kv,))
         for i in scores:
             self.whole(i)
@@ -48,8 +55,9 @@ class AttentionMixin:
             self.line(f"p = p.to(tl.{v_type})")
         self.env[p_value] = Expr("p", v_type)
         self.shape_of[p_value] = self.region(mx)
-        plan = self.dot_plan(pv)
-        if plan is not None:
+        if flat:
+            self.line(f"o_i = {self.dot_product(pv, plan, acc=f'o_i * tl.reshape(scale, ({m}, 1))')}")
+        elif plan is not None:
             step = self.dot_block(pv, plan)
         else:
             v, _ = self.read(v_value, domain.compose_map(pv, domain.spaces[pv].inputs[1]))
@@ -59,12 +67,18 @@ class AttentionMixin:
             if self.masks.get(kv):
                 self.line(f"pv = tl.where({self.masks[kv]}, pv, 0.0)")
             step = f"tl.sum(pv, axis={kv}, keep_dims=True)"
-        self.line(f"o_i = o_i * scale + {step}")
+        if not flat:
+            self.line(f"o_i = o_i * scale + {step}")
         self.line("m_i = m_new")
         self.close_loops(opened)
         self.env.pop(p_value, None)
         t = tl_type(out.type.dtype)
-        self.line(f"res = tl.broadcast_to((o_i / l_i).to(tl.{t}), {self.shape(acc_loops)})")
+        if flat:
+            self.line(f"o_i = o_i / tl.reshape(l_i, ({m}, 1))")
+            self.as_block("o_i", plan)
+            self.line(f"res = tl.broadcast_to(o_i.to(tl.{t}), {self.shape(acc_loops)})")
+        else:
+            self.line(f"res = tl.broadcast_to((o_i / l_i).to(tl.{t}), {self.shape(acc_loops)})")
         self.store(out, "res", acc_loops, layout.output_map(domain))
 
 

@@ -183,12 +183,16 @@ class DotMixin:
         """The dot of node i as a rank-R block over M + N (+ batch) loops."""
         out = self.fresh(f"{self.tensor(self.domain.nodes[i].results[0])}_part")
         self.line(f"{out} = {self.dot_product(i, plan)}")
-        order = list(plan.bs + plan.ms + plan.ns)
-        self.line(f"{out} = tl.reshape({out}, ({', '.join(str(self.loops[d].block) for d in order)},))")
-        if order != sorted(order):
-            self.line(f"{out} = tl.permute({out}, ({', '.join(str(order.index(d)) for d in sorted(order))},))")
-        self.line(f"{out} = tl.reshape({out}, {self.shape(set(order))})")
+        self.as_block(out, plan)
         return out
+
+    def as_block(self, name: str, plan: DotPlan) -> None:
+        """Reshape `name`, a [batch,] M x N result of `plan`'s dot, into a rank-R block over its loops."""
+        order = list(plan.bs + plan.ms + plan.ns)
+        self.line(f"{name} = tl.reshape({name}, ({', '.join(str(self.loops[d].block) for d in order)},))")
+        if order != sorted(order):
+            self.line(f"{name} = tl.permute({name}, ({', '.join(str(order.index(d)) for d in sorted(order))},))")
+        self.line(f"{name} = tl.reshape({name}, {self.shape(set(order))})")
 
     def rearrange(self, name: str, have: list[int], want: list[int]) -> None:
         """Squeeze a rank-R block to the axes `have` (in kernel order), then permute them into `want`."""
