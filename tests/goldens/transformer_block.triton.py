@@ -85,7 +85,7 @@ def kernel_k4(v1_ptr, v3_ptr, v5_ptr, v8_ptr):
     ix0 = iv0[:, None, None, None, None]
     m_i = tl.full((16, 1, 1, 1, 1), float('-inf'), tl.float32)
     l_i = tl.zeros((16, 1, 1, 1, 1), dtype=tl.float32)
-    o_i = tl.zeros((16, 1, 32, 1, 1), dtype=tl.float32)
+    o_i = tl.zeros((16, 32), dtype=tl.float32)
     v1 = tl.load(v1_ptr + zr + (ix0) * 128 + (32 * ix1 + ix4))
     v2 = tl.broadcast_to(v1, (16, 1, 1, 1, 32))
     self_attention_q = tl.broadcast_to(v2, (16, 1, 1, 1, 32))
@@ -113,12 +113,12 @@ def kernel_k4(v1_ptr, v3_ptr, v5_ptr, v8_ptr):
     v48_op = tl.reshape(v48_op, (16, 64,))
     v48_op = tl.reshape(v48_op, (16, 64))
     self_attention_v_op = tl.load(v5_ptr + (iv3[:, None]) * 128 + (32 * iv1[:, None] + iv2[None, :]))
-    v33_part = tl.dot(v48_op, self_attention_v_op, input_precision="ieee", out_dtype=tl.float32)
-    v33_part = tl.reshape(v33_part, (16, 32,))
-    v33_part = tl.reshape(v33_part, (16, 1, 32, 1, 1))
-    o_i = o_i * scale + v33_part
+    o_i = tl.dot(v48_op, self_attention_v_op, o_i * tl.reshape(scale, (16, 1)), input_precision="ieee")
     m_i = m_new
-    res = tl.broadcast_to((o_i / l_i).to(tl.float32), (16, 1, 32, 1, 1))
+    o_i = o_i / tl.reshape(l_i, (16, 1))
+    o_i = tl.reshape(o_i, (16, 32,))
+    o_i = tl.reshape(o_i, (16, 1, 32, 1, 1))
+    res = tl.broadcast_to(o_i.to(tl.float32), (16, 1, 32, 1, 1))
     tl.store(v8_ptr + tl.broadcast_to(zr + (ix0) * 128 + (32 * ix1 + ix2), (16, 1, 32, 1, 1)), res)
 
 @triton.jit
