@@ -263,3 +263,18 @@ def test_kernels_equal_up_to_names_search_once_and_get_the_same_tiles(monkeypatc
     assert len(program.kernels) == 4 and len(calls) == 3  # the second and third layers are one structure
     _, second, third, _ = program.kernels
     assert second.tiles == third.tiles and tile_module.structure(second) == tile_module.structure(third)
+
+
+@pytest.mark.parametrize("m, k, n", [(197, 3072, 768), (128, 2816, 1024)])
+def test_a_kernel_with_work_for_every_core_is_tiled_to_keep_them_busy(m, k, n):
+    """On a CPU, least traffic alone put ViT's MLP down (197 x 3072 x 768) in one tile, run on one core; a
+    kernel with BUSY_SECONDS of compute on one unit takes a tiling with a tile for every unit."""
+    from tilegraph.passes.tiling.search import BUSY_SECONDS
+
+    cpu = load_target("cpu")
+    assert 2 * m * k * n * cpu.parallel_units / cpu.peak_flops >= BUSY_SECONDS
+    (kernel,) = tiled(matmul_graph(m, n, k), "cpu").kernels
+    tiles = dict(kernel.tiles)
+    parallel = math.ceil(m / tiles["d0"]) * math.ceil(n / tiles["d1"])
+    assert parallel >= cpu.parallel_units
+
