@@ -5,7 +5,8 @@ extent). When the grid of combinations exceeds `max_candidates`, the loops with 
 candidates lose every other intermediate size until it fits. Among the tilings whose working set
 fits the target's budget, the choice minimises traffic, then maximises parallelism (tiles of the
 parallel loops, counted up to the target's parallel units), then takes the fewest tiles (the
-least per-tile overhead). On a target with a matrix unit (a GPU's tensor cores), a contraction's
+least per-tile overhead); on a CPU, a kernel with BUSY_SECONDS of compute on one unit first drops the
+tilings that leave units idle. On a target with a matrix unit (a GPU's tensor cores), a contraction's
 tile must give the unit at least `matrix_unit` rows, columns and reduction depth (or the whole
 extent, if smaller), whenever some fitting tiling does: a narrower tile runs on scalar cores. Among
 those, a tiling whose contractions run M, N and K over one loop each (the others one at a time: a
