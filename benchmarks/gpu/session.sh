@@ -33,6 +33,10 @@ if [ "$WHAT" != triton ]; then
   timeout $((DYNAMO_BUDGET + 90)) python3 benchmarks/dynamo_gpu.py --quick --budget "$DYNAMO_BUDGET" >"$OUT/dynamo_gpu.log" 2>&1
   cp benchmarks/results/dynamo_gpu.md "$OUT/" 2>/dev/null; grep -E "^\||geometric|Not run" "$OUT/dynamo_gpu.log" | tail -20
   stamp "dynamo_gpu.py"
+  # where the f32 transformers' time goes, per kernel (the FMA-dot regression of the 2026-11-26 H100 run)
+  timeout 90 python3 benchmarks/gpu/profile_kernels.py bert_base vit_base --layers 2 >"$OUT/profile_kernels.log" 2>&1
+  grep -E "^##|total CUDA|^ +[0-9]" "$OUT/profile_kernels.log" | head -16
+  stamp "profile_kernels.py"
 fi
 if [ "$WHAT" != dynamo ]; then
   timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -25
