@@ -171,7 +171,10 @@ def _compile_all(module, requests: list[tuple[str, list[str], tuple[int, int]]],
         return list(pool.map(one, requests))
 
 
-def _requests(generated: GeneratedModule, configs: list[tuple[int, int]]) -> list[tuple[str, list[str], tuple]]:
+def _requests(generated: GeneratedModule, configs: list[tuple[int, int]] | None, num_warps: int,
+              num_stages: int) -> list[tuple[str, list[str], tuple]]:
+    """(function, pointer types, (warps, stages)) per kernel: `configs`, else `num_warps`/`num_stages` for all."""
+    configs = configs or [(num_warps, num_stages)] * len(generated.kernels)
     return [(s.function, [_POINTER[v.type.dtype.name] for v in s.args], tuple(c))
             for s, c in zip(generated.kernels, configs) if s is not None]
 
@@ -182,10 +185,10 @@ def compile_kernels(generated: GeneratedModule, arch: int = 90, warp_size: int =
     stages) per kernel of the module, in place of `num_warps`/`num_stages`."""
     from triton.backends.compiler import GPUTarget
 
-    configs = configs or [(num_warps, num_stages)] * len(generated.kernels)
     with tempfile.TemporaryDirectory() as folder:
         module = _load_compiled(generated.text, Path(folder))
-        records = _compile_all(module, _requests(generated, configs), GPUTarget("cuda", arch, warp_size))
+        records = _compile_all(module, _requests(generated, configs, num_warps, num_stages),
+                               GPUTarget("cuda", arch, warp_size))
     return [CompiledKernel(**r) for r in records]
 
 
@@ -206,9 +209,9 @@ def compile_kernels_isolated(generated: GeneratedModule, arch: int = 90, warp_si
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "generated.py"
         path.write_text(generated.text)
-        configs = configs or [(num_warps, num_stages)] * len(generated.kernels)
         request = Path(folder) / "request.json"
-        request.write_text(json.dumps({"module": str(path), "requests": _requests(generated, configs), "arch": arch,
+        request.write_text(json.dumps({"module": str(path), "requests": _requests(generated, configs, num_warps,
+                                                                                  num_stages), "arch": arch,
                                        "warp_size": warp_size}))
         env = {**os.environ, "TRITON_INTERPRET": "0"}
         done = subprocess.run([sys.executable, "-m", "tilegraph.backends.triton.hopper", str(request)],

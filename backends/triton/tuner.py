@@ -186,13 +186,14 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
         return None, {}, None
     install(compiled, state, source)  # variant 0 is the generated function itself
     generated = installed(compiled, source)
-    _warm_all(warm, [(*(generated if n == 0 else (fn, grid)), _variant_warps(kernel, variant), VARIANT_STAGES)
-                     for n, (variant, fn, grid) in enumerate(loaded)])
+    warps_of = [_variant_warps(kernel, variant) for variant, _, _ in loaded]
+    _warm_all(warm, [(*(generated if n == 0 else (fn, grid)), warps_of[n], VARIANT_STAGES)
+                     for n, (_, fn, grid) in enumerate(loaded)])
     times = {}
     for n, (variant, fn, grid) in enumerate(loaded):
         if n and clock() >= deadline:
             break
-        warps = _variant_warps(kernel, variant)
+        warps = warps_of[n]
         try:
             install(compiled, state, source, None if n == 0 else fn, grid)
             times[variant.label()] = do_bench(lambda: launch(warps, VARIANT_STAGES), warmup=5, rep=20)
@@ -206,7 +207,7 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
     variant, fn, grid = loaded[n]
     install(compiled, state, source, None if n == 0 else fn, grid)
     state.launches[key] = (None, None) if n == 0 else (fn, grid)
-    return (None if n == 0 else variant), times, (_variant_warps(kernel, variant), VARIANT_STAGES)
+    return (None if n == 0 else variant), times, (warps_of[n], VARIANT_STAGES)
 
 
 def _install_choice(compiled, state, position, source, choice: autotune.Choice, key: str) -> bool:

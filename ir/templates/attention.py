@@ -11,11 +11,12 @@ The pattern, as canonicalize leaves `attention` (or as a user writes it):
 
 Side operands are kernel inputs or index-only subgraphs (iota, constant, comparisons: a causal
 mask), which join the kernel; such nodes that other kernels read too stay outside, read as inputs
-(canonicalize gives each reader its own copy, unless `private_index_values` is off). Copies join it too (`MOVES`: transpose, reshape, slice,
-broadcast_to), where they only move q, k or v into place (a head split: q = transpose(reshape(slice(qkv))))
-or move `o` out of it (a head merge: reshape(transpose(o))): the kernel then reads and writes the tensors
-on either side through the copies' maps, and no copy is ever made. Every value inside except `o` must be
-used only inside the pattern, so the L x S score matrix never has to exist. The kernel's loops are batch.. and i (parallel, the
+(canonicalize gives each reader its own copy, unless `private_index_values` is off). Copies join it
+too (`MOVES`: transpose, reshape, slice, broadcast_to), where they only move q, k or v into place (a
+head split: q = transpose(reshape(slice(qkv)))) or move `o` out of it (a head merge:
+reshape(transpose(o))): the kernel then reads and writes the tensors on either side through the
+copies' maps, and no copy is ever made. Every value inside except `o` must be used only inside the
+pattern, so the L x S score matrix never has to exist. The kernel's loops are batch.. and i (parallel, the
 query tiles), j (the key/value loop: a *reduction* carried by the online softmax recurrence
 m' = max(m, rowmax(s)), l' = l*exp(m - m') + rowsum(exp(s - m')), acc' = acc*exp(m - m') +
 exp(s - m') @ v), and d and e (full: a tile holds whole rows of q, k, v). A tile's working set is
