@@ -112,6 +112,7 @@ class GPUBlocks:
     warp_size: int = 0
     registers_per_block: int = 0
     matrix_unit: int = 0  # smallest M, N and K a tensor-core product takes
+    matrix_block: int = 0  # narrowest dot block side the tensor cores run at full rate (0: matrix_unit)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ class DeviceSpec:
             vector_bytes=self.compute.vector_bytes, shared_memory_per_block=gpu.shared_memory_per_block,
             max_threads_per_block=gpu.max_threads_per_block, warp_size=gpu.warp_size,
             registers_per_block=gpu.registers_per_block, matrix_unit=gpu.matrix_unit,
+            matrix_block=gpu.matrix_block,
             pe_rows=array.rows if array else 0, pe_cols=array.cols if array else 0,
             dataflow=array.dataflow if array else "", clock_ghz=self.compute.clock_ghz,
             peak_flops=self.peak_flops(), dram_bandwidth=self.offchip.bandwidth,
@@ -261,7 +263,8 @@ _COMPUTE_FIELDS = ("units", "clock_ghz", "peak_flops", "kinds", "efficiency", "l
                    "vector_lanes", "vector_ops_per_cycle")
 _ARRAY_FIELDS = ("rows", "cols", "dataflow", "dma_engines", "word_bytes", "dram_model", "psum_writeback")
 _ENERGY_FIELDS = (*ENERGY_FIELDS, *ENERGY_SHORTHANDS)
-_GPU_FIELDS = ("shared_memory_per_block", "max_threads_per_block", "warp_size", "registers_per_block", "matrix_unit")
+_GPU_FIELDS = ("shared_memory_per_block", "max_threads_per_block", "warp_size", "registers_per_block", "matrix_unit",
+               "matrix_block")
 _DEVICE_FIELDS = ("name", "kind", "description", "tile_memory", "memories", "compute", "array", "energy", "gpu")
 
 

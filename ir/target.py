@@ -48,6 +48,7 @@ class Target:
     warp_size: int = 0
     registers_per_block: int = 0
     matrix_unit: int = 0  # smallest M, N and K a tensor-core product takes (0: no matrix unit)
+    matrix_block: int = 0  # narrowest dot block side the unit runs at full rate (0: matrix_unit)
     # accelerator PE array
     pe_rows: int = 0
     pe_cols: int = 0

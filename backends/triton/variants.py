@@ -5,8 +5,8 @@ depends on wave quantization, registers and the pipeline. `dot_variants` propose
 the loops a kernel's `tl.dot`s run over: per loop the tile model's grid (`tile_model.candidates`,
 thinned by `tile_model.thin`), kept where every dot still gets at least 16 lanes per side, at most 256
 rows/columns and 128 of K, an accumulator that fits the registers and operand blocks whose pipeline
-stages fit shared memory; ranked by the tile model's off-chip traffic, with tilings that leave SMs idle
-last, and half the picks kept for "straight" tilings (one loop per dot side, so operands load as plain
+stages fit shared memory; ranked as the tiling pass ranks them on a GPU (tilings that leave SMs idle
+last, then those with dots narrower than the target's `matrix_block`, then by off-chip traffic), and half the picks kept for "straight" tilings (one loop per dot side, so operands load as plain
 2-D blocks: for a convolution, n, oh, kh and kw walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function (`Kernel.with_tiles`; GROUP_M, the row tiles per
 launch group of a tiled matmul, as given). The Program's own tiling is always variant 0.
 """
@@ -24,6 +24,7 @@ from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.target import Target, load_target
 from tilegraph.ir.tile_model import candidates, evaluate, thin
+from tilegraph.passes.tiling.search import feeds_matrix_unit
 
 from .dot import GROUP_M, MIN_DOT
 from .kernel import KernelEmitter, KernelSource
@@ -146,9 +147,10 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
     if kept:
         array = np.array([[size for _, size in v.tiles] for v, _ in kept], dtype=np.float64)
         costs = evaluate(domain, target, array)
+        wide = feeds_matrix_unit(domain, target, array, target.matrix_block)
         units = target.parallel_units or 132
-        order = sorted(range(len(kept)), key=lambda j: (kept[j][1].programs < units, float(costs.traffic[j]),
-                                                        kept[j][0].tiles))
+        order = sorted(range(len(kept)), key=lambda j: (kept[j][1].programs < units, not wide[j],
+                                                        float(costs.traffic[j]), kept[j][0].tiles))
         ranked = [kept[j] for j in order]
         # half the picks (at least) among tilings whose dots load plain 2-D blocks (a conv with n, oh, kh,
         # kw walked one at a time: an implicit GEMM the pipeliner can stage), the rest by the model alone

@@ -15,7 +15,10 @@ convolution's n, oh, kh, kw), the result's contiguous loop among them, is prefer
 pipeliner stages, where several loops per side make a gathered block reshaped in registers (the
 ResNet block's 3x3 convolution: 255 registers and 432 cp.async per program for K = 4 x 3 x 3 padded
 to 64 lanes, against 130 and 320 straight, per `nvdisasm` of the sm_90 build). On a GPU,
-parallelism (up to its multiprocessors) comes before traffic.
+parallelism (up to its multiprocessors) comes before traffic, and between them, dots whose blocks are
+`matrix_block` wide a side (gpu-h100: 64): the traffic model alone gave a 2048-token attention query
+tiles of 256 and key/value tiles of 16 (halving K/V reloads that the L2 serves), 128 steps of
+softmax bookkeeping around 256 x 16 products.
 """
 from __future__ import annotations
 
@@ -69,7 +72,8 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
     units = np.minimum(costs.parallel[fits], target.parallel_units)
     count = np.prod(np.ceil(np.array([loop.extent for loop in loops], dtype=np.float64) / grid[fits]), axis=1)
     if target.kind == "gpu":  # idle multiprocessors cost more than traffic that the L2 mostly serves
-        pick = fits[np.lexsort((count, costs.traffic[fits], -units))[0]]
+        narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
+        pick = fits[np.lexsort((count, costs.traffic[fits], narrow, -units))[0]]
     else:
         if _busy_for_every_unit(domain, target):  # enough work: no tiling that leaves cores idle
             keep = units >= units.max()
@@ -110,11 +114,12 @@ def matrix_groups(domain: KernelDomain) -> list[tuple[frozenset[int], frozenset[
     return [(m, n, k) for _, m, n, k in _contractions(domain)]
 
 
-def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray) -> np.ndarray:
-    """Per candidate tiling: every contraction's M, N and K tiles reach the target's matrix unit. A GPU
-    runs a tile in a power-of-two block (Triton's), so a 14-wide tile fills a 16-wide unit; at least half
-    of the padded lanes must be the tile's."""
+def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, side: int = 0) -> np.ndarray:
+    """Per candidate tiling: every contraction's M, N and K tiles reach `side` (default: the target's
+    matrix unit), or the whole extent where smaller. A GPU runs a tile in a power-of-two block (Triton's),
+    so a 14-wide tile fills a 16-wide unit; at least half of the padded lanes must be the tile's."""
     ok = np.ones(grid.shape[0], dtype=bool)
+    side = max(side, target.matrix_unit)
     if not target.matrix_unit:
         return ok
     extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
@@ -122,7 +127,7 @@ def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray) ->
     for group in matrix_groups(domain):
         for loops in map(sorted, group):
             useful, padded = np.prod(grid[:, loops], axis=1), np.prod(lanes[:, loops], axis=1)
-            ok &= (padded >= min(target.matrix_unit, np.prod(extents[loops]))) & (2 * useful >= padded)
+            ok &= (padded >= min(side, np.prod(extents[loops]))) & (2 * useful >= padded)
     return ok
 
 

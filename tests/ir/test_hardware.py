@@ -23,13 +23,15 @@ OLD_FORMATS = [("targets", load_target, target_from_dict), ("accels", load_accel
 SRAM_PJ = {f"{o}_{rw}_pj_per_byte": 2.5 for o in ("ifmap", "filter", "ofmap") for rw in ("read", "write")}
 # Deliberate changes since the older files: scratchpad energies per operand (and edge-npu's static
 # power) in the energy tables; scalesim-default's sizes and rates in bytes of f32 words (SCALE-Sim's
-# words are one byte, our tensors four: the older file's 1-byte words held a quarter of its words).
+# words are one byte, our tensors four: the older file's 1-byte words held a quarter of its words); gpu-h100's
+# matrix_block (the dot width its tiles prefer).
 CHANGED = {
     ("accels", "edge-npu"): {**SRAM_PJ, "leakage_mw": 10.0},
     ("accels", "tpu-like"): SRAM_PJ,
     ("accels", "scalesim-default"): {"word_bytes": 4, "scratchpad_bytes": 4 * 196608, "dram_bytes_per_cycle": 40.0,
                                      "dma_burst_bytes": 40, "description": "SCALE-Sim default for f32: 32x32 OS "
                                      "array, 3 x 64K-word SRAMs, 10 words/cycle DRAM"},
+    ("targets", "gpu-h100"): {"matrix_block": 64},
 }
 
 

@@ -148,6 +148,39 @@ def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
         assert not (fits & feeds_matrix_unit(domain, gpu, grid) & straight_operands(domain, gpu, grid)).any()
 
 
+def _attention_tiles(b: int, h: int, length: int, d: int, target: Target) -> tuple[int, int]:
+    """(query tile, key/value tile) of the attention kernel the GPU tiling gives (B, H, L, D) inputs."""
+    from tilegraph.frontends.dsl import parse
+
+    t = f"f16[{b}, {h}, {length}, {d}]"
+    graph = parse(f"def f(q: {t}, k: {t}, v: {t}) -> {t} {{ return attention(q, k, v) }}")
+    (kernel,) = tiled(graph, target).kernels
+    loops, tiles = kernel.domain.loops, dict(kernel.tiles)
+    (kv,) = [loop.name for loop in loops if loop.kind == "reduction" and loop.extent == length]
+    (q,) = [loop.name for loop in loops if loop.kind == "parallel" and loop.extent == length]
+    return tiles[q], tiles[kv]
+
+
+@settings(max_examples=12, deadline=None)
+@given(heads=st.sampled_from([(1, 32), (4, 16), (8, 12)]), length=st.sampled_from([512, 1024, 2048, 4096]),
+       d=st.sampled_from([64, 128]))
+def test_gpu_attention_blocks_are_as_wide_as_the_tensor_cores_run_best(heads, length, d):
+    """With work for every SM at either width, a GPU dot's blocks are `matrix_block` (64) wide a side: least
+    traffic alone gave a 2048-token attention 256 query rows per program and 16 keys per step, 128 steps
+    of softmax bookkeeping around 256 x 16 products where FlashAttention takes 128 x 64."""
+    gpu = load_target("gpu-h100")
+    q, kv = _attention_tiles(*heads, length, d, gpu)
+    assert q >= gpu.matrix_block and kv >= gpu.matrix_block
+    assert heads[0] * heads[1] * length // q >= gpu.parallel_units  # no SM left idle for it
+
+
+def test_without_a_matrix_block_attention_takes_narrow_key_tiles():
+    """The rule above is what moves the tiles: without it the traffic model takes the narrow key tiles."""
+    gpu = load_target("gpu-h100")
+    assert _attention_tiles(4, 16, 2048, 64, gpu) == (128, 64)
+    assert _attention_tiles(4, 16, 2048, 64, replace(gpu, matrix_block=0)) == (256, 16)
+
+
 def test_a_larger_budget_moves_fewer_bytes():
     small = tiled(matmul_graph(512, 512, 512), "accel-small").notes["tiling"][0]
     large = tiled(matmul_graph(512, 512, 512), "accel-large").notes["tiling"][0]
