@@ -195,3 +195,39 @@ def thin(cands: list[list[int]], limit: int) -> list[list[int]]:
         middle = c[1:-1]
         cands[widest] = [c[0]] + middle[1::2] + [c[-1]]
     return cands
+
+
+# ----- contractions and the matrix unit (the tile pass's GPU rules; Triton's tuning ranks its variants by them)
+def contractions(domain: KernelDomain):
+    """(node position, M, N, K kernel-loop groups) of each two-operand contraction."""
+    for i, (node, space) in enumerate(zip(domain.nodes, domain.spaces)):
+        if space is None or node.opdef.category not in (CONTRACTION, WINDOW) or len(space.inputs) < 2:
+            continue
+        a, b = (frozenset(d for e in domain.compose_map(i, amap).exprs for d, _ in e.terms)
+                for amap in space.inputs[:2])
+        k = domain.reduces(i)
+        if k and a - k - b and b - k - a:
+            yield i, a - k - b, b - k - a, k
+
+
+def matrix_groups(domain: KernelDomain) -> list[tuple[frozenset[int], frozenset[int], frozenset[int]]]:
+    """The (M, N, K) kernel-loop groups of each two-operand contraction (matmul: i / j / k; conv2d as an
+    implicit GEMM: n, oh, ow / f / c, kh, kw)."""
+    return [(m, n, k) for _, m, n, k in contractions(domain)]
+
+
+def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, side: int = 0) -> np.ndarray:
+    """Per candidate tiling: every contraction's M, N and K tiles reach `side` (default: the target's
+    matrix unit), or the whole extent where smaller. A GPU runs a tile in a power-of-two block (Triton's),
+    so a 14-wide tile fills a 16-wide unit; at least half of the padded lanes must be the tile's."""
+    ok = np.ones(grid.shape[0], dtype=bool)
+    side = max(side, target.matrix_unit)
+    if not target.matrix_unit:
+        return ok
+    extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
+    lanes = 2.0 ** np.ceil(np.log2(grid)) if target.kind == "gpu" else grid
+    for group in matrix_groups(domain):
+        for loops in map(sorted, group):
+            useful, padded = np.prod(grid[:, loops], axis=1), np.prod(lanes[:, loops], axis=1)
+            ok &= (padded >= min(side, np.prod(extents[loops]))) & (2 * useful >= padded)
+    return ok

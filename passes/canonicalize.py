@@ -23,6 +23,7 @@ from tilegraph.ir.types import DType, to_dtype
 
 from .manager import register_property_check
 from .registry import PassContext, register_pass
+from .rows import flatten_rows
 
 __all__ = ["CanonicalizeOptions", "canonicalize", "canonicalize_graph", "SIMPLIFICATIONS"]
 
@@ -38,6 +39,7 @@ class CanonicalizeOptions:
     # head splits before slices
     cse: bool = True  # merge nodes with the same op, operands and attributes
     private_index_values: bool = True  # each reader its own copy of a value made of constants and indices alone
+    flatten_rows: bool = True  # matmuls over [*lead, K] rows as one [rows, K] matmul, row-wise ops after it too
 
 
 # canonicalize never creates a composite op, so a decomposed graph stays decomposed; kernels and
@@ -79,7 +81,7 @@ register_property_check("decomposed", _composites)
 
 def canonicalize_graph(graph: Graph, options: CanonicalizeOptions = CanonicalizeOptions()) -> dict[str, int]:
     """Canonicalize `graph` in place; returns how many rewrites of each kind were made."""
-    counts = {"decomposed": 0, "folded": 0, "simplified": 0, "merged": 0, "erased": 0}
+    counts = {"decomposed": 0, "folded": 0, "simplified": 0, "flattened": 0, "merged": 0, "erased": 0}
     counts["erased"] += eliminate_dead_code(graph)
     if options.decompose:
         counts["decomposed"] += decompose(graph)
@@ -89,6 +91,8 @@ def canonicalize_graph(graph: Graph, options: CanonicalizeOptions = Canonicalize
             changed += _add(counts, "folded", fold_constants(graph, options.fold_limit))
         if options.simplify:
             changed += _add(counts, "simplified", simplify(graph))
+        if options.flatten_rows:
+            changed += _add(counts, "flattened", flatten_rows(graph))
         if options.cse:
             changed += _add(counts, "merged", eliminate_common_subexpressions(graph))
         changed += _add(counts, "erased", eliminate_dead_code(graph))

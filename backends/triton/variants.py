@@ -23,8 +23,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.target import Target, load_target
-from tilegraph.ir.tile_model import candidates, evaluate, thin
-from tilegraph.passes.tiling.search import feeds_matrix_unit
+from tilegraph.ir.tile_model import candidates, evaluate, feeds_matrix_unit, thin
 
 from .dot import GROUP_M, MIN_DOT
 from .kernel import KernelEmitter, KernelSource

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
+from tilegraph.ir.ops.registry import WINDOW
 from tilegraph.ir.target import Target
 
 from tilegraph.ir.domain import FULL, KernelDomain
-from tilegraph.ir.tile_model import candidates, evaluate, loop_orders, thin
+from tilegraph.ir.tile_model import (candidates, contractions, evaluate, feeds_matrix_unit, loop_orders,
+                                     matrix_groups, thin)
 
 
 @dataclass(frozen=True)
@@ -96,41 +97,6 @@ def _busy_for_every_unit(domain: KernelDomain, target: Target) -> bool:
     return sum(node.flops() for node in domain.nodes) * target.parallel_units / target.peak_flops >= BUSY_SECONDS
 
 
-def _contractions(domain: KernelDomain):
-    """(node position, M, N, K kernel-loop groups) of each two-operand contraction."""
-    for i, (node, space) in enumerate(zip(domain.nodes, domain.spaces)):
-        if space is None or node.opdef.category not in (CONTRACTION, WINDOW) or len(space.inputs) < 2:
-            continue
-        a, b = (frozenset(d for e in domain.compose_map(i, amap).exprs for d, _ in e.terms)
-                for amap in space.inputs[:2])
-        k = domain.reduces(i)
-        if k and a - k - b and b - k - a:
-            yield i, a - k - b, b - k - a, k
-
-
-def matrix_groups(domain: KernelDomain) -> list[tuple[frozenset[int], frozenset[int], frozenset[int]]]:
-    """The (M, N, K) kernel-loop groups of each two-operand contraction (matmul: i / j / k; conv2d as an
-    implicit GEMM: n, oh, ow / f / c, kh, kw)."""
-    return [(m, n, k) for _, m, n, k in _contractions(domain)]
-
-
-def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, side: int = 0) -> np.ndarray:
-    """Per candidate tiling: every contraction's M, N and K tiles reach `side` (default: the target's
-    matrix unit), or the whole extent where smaller. A GPU runs a tile in a power-of-two block (Triton's),
-    so a 14-wide tile fills a 16-wide unit; at least half of the padded lanes must be the tile's."""
-    ok = np.ones(grid.shape[0], dtype=bool)
-    side = max(side, target.matrix_unit)
-    if not target.matrix_unit:
-        return ok
-    extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
-    lanes = 2.0 ** np.ceil(np.log2(grid)) if target.kind == "gpu" else grid
-    for group in matrix_groups(domain):
-        for loops in map(sorted, group):
-            useful, padded = np.prod(grid[:, loops], axis=1), np.prod(lanes[:, loops], axis=1)
-            ok &= (padded >= min(side, np.prod(extents[loops]))) & (2 * useful >= padded)
-    return ok
-
-
 def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray) -> np.ndarray:
     """Per candidate tiling: on a target with a matrix unit, every contraction's M, N and K groups have at
     most one loop tiled wider than 1, and its result's innermost (contiguous) loop is tiled wider than 1;
@@ -142,9 +108,9 @@ def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray) ->
     ok = np.ones(grid.shape[0], dtype=bool)
     if not target.matrix_unit:
         return ok
-    contractions = set()
-    for i, *groups in _contractions(domain):
-        contractions.add(i)
+    dots = set()
+    for i, *groups in contractions(domain):
+        dots.add(i)
         for loops in map(sorted, groups):
             ok &= np.count_nonzero(grid[:, loops] > 1, axis=1) <= 1
         innermost = domain.compose(i, domain.spaces[i].outputs[0].exprs[-1])
@@ -152,7 +118,7 @@ def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray) ->
             if domain.loops[loop].extent > 1:
                 ok &= grid[:, loop] > 1
     for i, node in enumerate(domain.nodes):  # a depthwise convolution or a pooling walks its window
-        if i not in contractions and domain.spaces[i] is not None and node.opdef.category == WINDOW:
+        if i not in dots and domain.spaces[i] is not None and node.opdef.category == WINDOW:
             ok &= np.all(grid[:, sorted(domain.reduces(i))] == 1, axis=1)
     return ok
 
@@ -166,4 +132,4 @@ def cost_of(domain: KernelDomain, target: Target, tiles: dict[str, int]) -> Tili
                   int(costs.traffic[0]), int(costs.parallel[0]))
 
 
-__all__ = ["Tiling", "search", "cost_of", "candidates"]
+__all__ = ["Tiling", "search", "cost_of", "candidates", "feeds_matrix_unit", "matrix_groups"]
