@@ -123,20 +123,19 @@ def _elementwise(graph: Graph, node: Node) -> Value | None:
         return None
     lead = found[1]
     rows, rest = math.prod(lead), shape[len(lead):]
-    operands = []
+    shapes: list[tuple[int, ...] | Value] = []  # per operand: the shape to read it at, or its flat rows
     for value in node.inputs:
         split = split_rows(value)
-        if split is not None and split[1] == lead and value.type.rank == len(shape):
-            operands.append(split[0])
-            continue
         padded = (1,) * (len(shape) - value.type.rank) + value.type.shape
-        if all(n == 1 for n in padded[:len(lead)]):
-            operands.append(_reshape(graph, node, value, padded[len(lead):]) if value.type.rank > len(rest)
-                            else value)
+        if split is not None and split[1] == lead and value.type.rank == len(shape):
+            shapes.append(split[0])
+        elif all(n == 1 for n in padded[:len(lead)]):
+            shapes.append(padded[len(lead):] if value.type.rank > len(rest) else value.type.shape)
         elif padded[:len(lead)] == lead and value.type.rank == len(shape) and _computed(value):
-            operands.append(_reshape(graph, node, value, (rows,) + padded[len(lead):]))
+            shapes.append((rows,) + padded[len(lead):])
         else:
-            return None
+            return None  # decided before any node is built: a refusal leaves the graph as it was
+    operands = [s if isinstance(s, Value) else _reshape(graph, node, v, s) for v, s in zip(node.inputs, shapes)]
     flat = graph.create_node(node.op, operands, dict(node.attrs), before=node, loc=node.loc).result
     return _reshape(graph, node, flat, shape)
 
@@ -149,7 +148,7 @@ def _reduction(graph: Graph, node: Node) -> Value | None:
         return None
     y, lead = split
     axes = node.attrs["axes"]
-    if min(axes) < len(lead):
+    if not axes or min(axes) < len(lead):
         return None
     flat = _build(graph, node, node.op, y, axes=tuple(a - len(lead) + 1 for a in axes),
                   keepdims=node.attrs["keepdims"])

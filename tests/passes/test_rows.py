@@ -10,7 +10,7 @@ from tilegraph.backends import reference
 from tilegraph.ir import GraphBuilder
 from tilegraph.passes import PassManager
 
-STEPS = ("bias", "scale", "gelu", "center", "residual", "matmul")
+STEPS = ("bias", "scale", "gelu", "center", "residual", "position", "matmul")
 
 
 def layer_graph(batch: int, tokens: int, width: int, steps: list[str]):
@@ -31,6 +31,8 @@ def layer_graph(batch: int, tokens: int, width: int, steps: list[str]):
             h = b.sub(h, b.mean(h, axes=[2], keepdims=True))
         elif step == "residual":
             h = b.add(h, x)
+        elif step == "position":  # broadcast over the batch but not the tokens: stays split
+            h = b.add(h, b.param(f"p{i}", [1, tokens, width]))
         else:
             h = b.matmul(h, b.param(f"w{i + 1}", [width, width]))
     return b.output(b.matmul(h, b.param("wout", [width, width])))
