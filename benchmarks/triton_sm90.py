@@ -41,7 +41,9 @@ def row(name: str, batch: int, dtype: str) -> str:
     module, inputs = model.build_in(dtype.split()[0], batch, layers=LAYERS)
     with torch.no_grad():
         graph = from_module(module, inputs)
+    start = time.perf_counter()
     fn = tilegraph.compile(graph, target="triton", tf32=dtype == "f32")
+    build = time.perf_counter() - start
     start = time.perf_counter()
     records = {r.function: r for r in fn.compile_ahead(90)}
     seconds = time.perf_counter() - start
@@ -60,7 +62,7 @@ def row(name: str, batch: int, dtype: str) -> str:
     return (f"| {name} | {batch} | {dtype} | {launches} | {len(distinct)} | {len(dots)} | {cores['wgmma']} | "
             f"{cores['mma']} | {cores['none']} | {sum(r.cp_async for r in dots)} | "
             f"{sum(r.cp_async_bytes == 16 for r in dots)} | {spills} | {registers} | "
-            f"{shared:.0f} | {seconds:.0f} |")
+            f"{shared:.0f} | {build:.1f} | {seconds:.0f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row(name, batch, dtype))
             except Exception as error:  # one model's failure is its row's note
                 rows.append(f"| {name} | {batch} | {dtype} | {type(error).__name__}: "
-                            f"{str(error).splitlines()[0][:120]} |||||||||||")
+                            f"{str(error).splitlines()[0][:120]} ||||||||||||")
             print(rows[-1], flush=True)
     import triton
 
@@ -98,11 +100,12 @@ so dots run on FMA units (`none`).
 functions compiled (repeated layers share one); `dot`: distinct kernels with `tl.dot`, then by tensor-core
 instruction; `cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying
 some operand in whole 16-byte vectors; `spills`: kernels spilling
-registers; `regs`, `shared KiB`: the largest of any kernel; `s`: seconds to compile them all here
+registers; `regs`, `shared KiB`: the largest of any kernel; `build s`: seconds of `tilegraph.compile` (passes,
+parameters in the model's dtype, code generation); `s`: seconds to compile the kernels for sm_90 here
 (on {compile_threads()} threads, `launch.compile_threads`).
 
-| model | batch | dtype | kernels | distinct | dot | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | s |
-|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| model | batch | dtype | kernels | distinct | dot | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | build s | s |
+|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 """ + "\n".join(rows) + "\n")
     return 0
 

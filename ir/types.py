@@ -80,12 +80,30 @@ def to_dtype(array: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def round_to_bf16(array: np.ndarray) -> np.ndarray:
-    """Round float32 values to the nearest bf16 (ties to even), kept as float32."""
-    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    finite = np.isfinite(array)
-    rounded = np.where(finite, (bits + rounding) & np.uint32(0xFFFF0000), bits & np.uint32(0xFFFF0000))
-    return rounded.astype(np.uint32).view(np.float32).reshape(np.shape(array))
+    """Round float32 values to the nearest bf16 (ties to even), kept as float32. Values that are bf16 already
+    (a bf16 model's weights, which passes and runs convert again) come back as they are, strides and all,
+    as `astype` gives an f32 array back; the rest is rounded in place on one copy. Through numpy
+    temporaries, a 7B layer's 200M weights took 10 s per compile."""
+    source = np.asarray(array, dtype=np.float32)
+    bits = source.view(np.uint32)
+    if _bf16_already(bits):
+        return source
+    rounded = np.right_shift(bits, np.uint32(16), out=np.empty_like(bits))  # an array, rank 0 too
+    rounded &= np.uint32(1)
+    rounded += np.uint32(0x7FFF)
+    rounded += bits
+    np.copyto(rounded, bits, where=~np.isfinite(source))  # inf and NaN are truncated, not rounded over
+    rounded &= np.uint32(0xFFFF0000)
+    return rounded.view(np.float32)
+
+
+def _bf16_already(bits: np.ndarray, chunk: int = 1 << 18) -> bool:
+    """Whether no value has bits below bf16's 16: checked a cache-sized block of rows at a time, so f32 data
+    stops at the first block and no array-sized temporary is made."""
+    if bits.ndim == 0 or bits.size <= chunk:
+        return not (bits & np.uint32(0xFFFF)).any()
+    rows = max(1, chunk * bits.shape[0] // bits.size)
+    return not any((bits[i:i + rows] & np.uint32(0xFFFF)).any() for i in range(0, bits.shape[0], rows))
 
 
 @dataclass(frozen=True)
