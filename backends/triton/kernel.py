@@ -455,22 +455,36 @@ class KernelEmitter(DotMixin, AttentionMixin):
         return f"# tile: {', '.join(parts)}{packed}"
 
     def reduction_loops(self, loops: tuple[int, ...]) -> tuple[int, ...]:
-        """Open a `for` per reduction loop of several tiles (one-tile loops are defined up front); loops
-        of one lane outermost, so the innermost `for`, which Triton pipelines, walks the wide blocks (an
-        implicit-GEMM conv walks kh and kw around its channel chunks)."""
+        """Open one `for` over the reduction loops of several tiles (one-tile loops are defined up front),
+        in nested order: loops of one lane outermost, the wide blocks innermost. One flat `for` is what
+        Triton pipelines whole: an implicit-GEMM conv's kh x kw x channel chunks as one run of loads,
+        where a `for` per loop restarted the pipeline at every kh and kw (its prologue 3 times per
+        kernel row of a 3x3 convolution)."""
         loops = tuple(sorted((k for k in loops if self.loops[k].count > 1), key=lambda k: (self.loops[k].block > 1, k)))
         self.hoist_at, self.hoist_depth = len(self.lines), self.depth
-        for k in loops:
+        if len(loops) == 1:
+            (k,) = loops
+            self.line(f"for rb{k} in range(0, {self.loops[k].extent}, {self.loops[k].tile}):")
+        elif loops:
+            self.line(f"for rt in range(0, {math.prod(self.loops[k].count for k in loops)}):")
+        self.depth += bool(loops)
+        stride = 1
+        steps = []
+        for k in reversed(loops if len(loops) > 1 else ()):  # innermost first: rt = sum of step * stride
             plan = self.loops[k]
-            self.line(f"for rb{k} in range(0, {plan.extent}, {plan.tile}):")
-            self.depth += 1
+            step = f"rt // {stride}" if stride > 1 else "rt"
+            steps.append(f"rb{k} = ({step}{f' % {plan.count}' if k != loops[0] else ''}) * {plan.tile}")
+            stride *= plan.count
+        for line in reversed(steps):
+            self.line(line)
+        for k in loops:
             self.define_loop(k, f"rb{k}")
         self.loads = {}
         self.open = list(loops)
         return loops
 
     def close_loops(self, loops: tuple[int, ...]) -> None:
-        self.depth -= len(loops)
+        self.depth -= bool(loops)
         for k in loops:
             self.masks.pop(k, None)
         self.loads = {}

@@ -119,6 +119,23 @@ def test_dots_on_fma_units_walk_k_in_short_blocks():
     assert k_lanes(check(graph, tf32=True)) > FMA_K
 
 
+def test_a_convolution_walks_its_window_and_channel_chunks_in_one_loop():
+    """kh x kw x channel chunks are one `for` (what Triton pipelines whole), in the nested order, so results
+    match the reference: a `for` per loop restarted the pipeline at every kh and kw."""
+    graph = parse("""def f(x: f32[2, 256, 9, 9], w: f32[64, 256, 3, 3]) -> f32[2, 64, 9, 9] {
+                        return relu(conv2d(x, w, padding=[1, 1])) }""")
+    fn = check(graph, tf32=True)
+    (source,) = [s for s in fn.generated.kernels if s is not None and s.uses_dot]
+    loops = re.findall(r"^\s*for (\w+) in range\(0, (\d+)", source.text, re.M)
+    assert loops == [("rt", str(3 * 3 * 256 // _channel_tile(fn)))]
+
+
+def _channel_tile(fn) -> int:
+    (kernel,) = [k for k in fn.program.kernels if k.domain.loops]
+    (channels,) = [loop.name for loop in kernel.domain.loops if loop.kind == "reduction" and loop.extent == 256]
+    return dict(kernel.tiles)[channels]
+
+
 def test_repeated_layers_with_permuted_weights_share_one_function():
     graph = parse("""def f(x: f32[32, 64]) -> f32[32, 64] {
         param w1: f32[64, 64]

@@ -73,17 +73,18 @@ def kernel_k1(v2_ptr, p1_ptr):
     iv0 = base0 + tl.arange(0, 2)
     ix0 = iv0[:, None, None, None, None, None]
     p1_acc = tl.full((2, 2, 1, 16, 1, 1), float('-inf'), tl.float32)
-    for rb4 in range(0, 2, 1):
+    for rt in range(0, 4):
+        rb4 = (rt // 2) * 1
+        rb5 = (rt % 2) * 1
         iv4 = rb4 + tl.arange(0, 1)
         ix4 = iv4[None, None, None, None, :, None]
-        for rb5 in range(0, 2, 1):
-            iv5 = rb5 + tl.arange(0, 1)
-            ix5 = iv5[None, None, None, None, None, :]
-            v2 = tl.load(v2_ptr + zr + (ix0) * 4704 + (ix1) * 784 + (2 * ix2 + ix4) * 28 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
-            p1_part = tl.broadcast_to(v2, (2, 2, 1, 16, 1, 1))
-            p1_part = tl.max(p1_part, axis=4, keep_dims=True)
-            p1_part = tl.max(p1_part, axis=5, keep_dims=True)
-            p1_acc = tl.maximum(p1_acc, p1_part)
+        iv5 = rb5 + tl.arange(0, 1)
+        ix5 = iv5[None, None, None, None, None, :]
+        v2 = tl.load(v2_ptr + zr + (ix0) * 4704 + (ix1) * 784 + (2 * ix2 + ix4) * 28 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
+        p1_part = tl.broadcast_to(v2, (2, 2, 1, 16, 1, 1))
+        p1_part = tl.max(p1_part, axis=4, keep_dims=True)
+        p1_part = tl.max(p1_part, axis=5, keep_dims=True)
+        p1_acc = tl.maximum(p1_acc, p1_part)
     p1 = p1_acc
     tl.store(p1_ptr + tl.broadcast_to(zr + (ix0) * 1176 + (ix1) * 196 + (ix2) * 14 + (ix3), (2, 2, 1, 16, 1, 1)), p1, mask=mk3)
 
@@ -113,24 +114,25 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
     conv2_bias = tl.load(conv2_bias_ptr + zr + (ix1))
     v4 = tl.broadcast_to(conv2_bias, (1, 16, 1, 1, 1, 1, 1))
     v3_acc = tl.zeros((16, 16), dtype=tl.float32)
-    for rb4 in range(0, 6, 2):
+    for rt in range(0, 6):
+        rb4 = (rt // 2) * 2
+        rb5 = (rt % 2) * 4
         iv4 = rb4 + tl.arange(0, 2)
         ix4 = iv4[None, None, None, None, :, None, None]
-        for rb5 in range(0, 5, 4):
-            iv5 = rb5 + tl.arange(0, 4)
-            ix5 = iv5[None, None, None, None, None, :, None]
-            mv5 = (iv5 < 5)
-            mk5 = mv5[None, None, None, None, None, :, None]
-            p1 = tl.load(p1_ptr + zr + (ix0) * 1176 + (ix4) * 196 + (ix2 + ix5) * 14 + (ix3 + ix6), mask=mk3 & mk5 & mk6, other=0.0)
-            p1_op = tl.broadcast_to(p1, (1, 1, 1, 16, 2, 4, 8))
-            p1_op = tl.reshape(p1_op, (16, 2, 4, 8,))
-            p1_op = tl.reshape(p1_op, (16, 64))
-            conv2_weight = tl.load(conv2_weight_ptr + zr + (ix1) * 150 + (ix4) * 25 + (ix5) * 5 + (ix6), mask=mk5 & mk6, other=0.0)
-            conv2_weight_op = tl.broadcast_to(conv2_weight, (1, 16, 1, 1, 2, 4, 8))
-            conv2_weight_op = tl.reshape(conv2_weight_op, (16, 2, 4, 8,))
-            conv2_weight_op = tl.permute(conv2_weight_op, (1, 2, 3, 0,))
-            conv2_weight_op = tl.reshape(conv2_weight_op, (64, 16))
-            v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
+        iv5 = rb5 + tl.arange(0, 4)
+        ix5 = iv5[None, None, None, None, None, :, None]
+        mv5 = (iv5 < 5)
+        mk5 = mv5[None, None, None, None, None, :, None]
+        p1 = tl.load(p1_ptr + zr + (ix0) * 1176 + (ix4) * 196 + (ix2 + ix5) * 14 + (ix3 + ix6), mask=mk3 & mk5 & mk6, other=0.0)
+        p1_op = tl.broadcast_to(p1, (1, 1, 1, 16, 2, 4, 8))
+        p1_op = tl.reshape(p1_op, (16, 2, 4, 8,))
+        p1_op = tl.reshape(p1_op, (16, 64))
+        conv2_weight = tl.load(conv2_weight_ptr + zr + (ix1) * 150 + (ix4) * 25 + (ix5) * 5 + (ix6), mask=mk5 & mk6, other=0.0)
+        conv2_weight_op = tl.broadcast_to(conv2_weight, (1, 16, 1, 1, 2, 4, 8))
+        conv2_weight_op = tl.reshape(conv2_weight_op, (16, 2, 4, 8,))
+        conv2_weight_op = tl.permute(conv2_weight_op, (1, 2, 3, 0,))
+        conv2_weight_op = tl.reshape(conv2_weight_op, (64, 16))
+        v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
     v3 = v3_acc
     v3 = tl.trans(v3)
     v3 = tl.reshape(v3, (1, 16, 1, 16, 1, 1, 1))
@@ -160,17 +162,18 @@ def kernel_k3(v5_ptr, flat_ptr):
     iv0 = base0 + tl.arange(0, 2)
     ix0 = iv0[:, None, None, None, None, None]
     p2_acc = tl.full((2, 2, 1, 8, 1, 1), float('-inf'), tl.float32)
-    for rb4 in range(0, 2, 1):
+    for rt in range(0, 4):
+        rb4 = (rt // 2) * 1
+        rb5 = (rt % 2) * 1
         iv4 = rb4 + tl.arange(0, 1)
         ix4 = iv4[None, None, None, None, :, None]
-        for rb5 in range(0, 2, 1):
-            iv5 = rb5 + tl.arange(0, 1)
-            ix5 = iv5[None, None, None, None, None, :]
-            v5 = tl.load(v5_ptr + zr + (ix0) * 1600 + (ix1) * 100 + (2 * ix2 + ix4) * 10 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
-            p2_part = tl.broadcast_to(v5, (2, 2, 1, 8, 1, 1))
-            p2_part = tl.max(p2_part, axis=4, keep_dims=True)
-            p2_part = tl.max(p2_part, axis=5, keep_dims=True)
-            p2_acc = tl.maximum(p2_acc, p2_part)
+        iv5 = rb5 + tl.arange(0, 1)
+        ix5 = iv5[None, None, None, None, None, :]
+        v5 = tl.load(v5_ptr + zr + (ix0) * 1600 + (ix1) * 100 + (2 * ix2 + ix4) * 10 + (2 * ix3 + ix5), mask=mk3, other=float('-inf'))
+        p2_part = tl.broadcast_to(v5, (2, 2, 1, 8, 1, 1))
+        p2_part = tl.max(p2_part, axis=4, keep_dims=True)
+        p2_part = tl.max(p2_part, axis=5, keep_dims=True)
+        p2_acc = tl.maximum(p2_acc, p2_part)
     p2 = p2_acc
     flat = tl.broadcast_to(p2, (2, 2, 1, 8, 1, 1))
     tl.store(flat_ptr + tl.broadcast_to(zr + (ix0) * 400 + (25 * ix1 + 5 * ix2 + ix3), (2, 2, 1, 8, 1, 1)), flat, mask=mk3)

@@ -37,15 +37,16 @@ def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_
     conv_bn_beta = tl.load(conv_bn_beta_ptr + zr + (ix0))
     v14 = tl.broadcast_to(conv_bn_beta, (16, 1, 1, 1, 1, 1))
     v0_acc = tl.zeros((16, 16), dtype=tl.float32)
-    for rb4 in range(0, 3, 1):
+    for rt in range(0, 9):
+        rb4 = (rt // 3) * 1
+        rb5 = (rt % 3) * 1
         iv4 = rb4 + tl.arange(0, 1)
         ix4 = iv4[None, None, None, None, :, None]
-        for rb5 in range(0, 3, 1):
-            iv5 = rb5 + tl.arange(0, 1)
-            ix5 = iv5[None, None, None, None, None, :]
-            x_op = tl.load(x_ptr + (iv3[None, :]) * 1024 + (iv1[:, None] + iv4[:, None] + -1) * 32 + (iv2[:, None] + iv5[:, None] + -1), mask=((iv1[:, None] + iv4[:, None] + -1) >= 0) & ((iv1[:, None] + iv4[:, None] + -1) < 32) & ((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32), other=0.0)
-            conv_bn_w_op = tl.load(conv_bn_w_ptr + (iv0[None, :]) * 64 + (iv3[:, None]) + (iv4[:, None]) * 12288 + (iv5[:, None]) * 4096)
-            v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="tf32")
+        iv5 = rb5 + tl.arange(0, 1)
+        ix5 = iv5[None, None, None, None, None, :]
+        x_op = tl.load(x_ptr + (iv3[None, :]) * 1024 + (iv1[:, None] + iv4[:, None] + -1) * 32 + (iv2[:, None] + iv5[:, None] + -1), mask=((iv1[:, None] + iv4[:, None] + -1) >= 0) & ((iv1[:, None] + iv4[:, None] + -1) < 32) & ((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32), other=0.0)
+        conv_bn_w_op = tl.load(conv_bn_w_ptr + (iv0[None, :]) * 64 + (iv3[:, None]) + (iv4[:, None]) * 12288 + (iv5[:, None]) * 4096)
+        v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="tf32")
     v0 = v0_acc
     v0 = tl.trans(v0)
     v0 = tl.reshape(v0, (16, 1, 16, 1, 1, 1))
@@ -86,15 +87,16 @@ def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_var_ptr, conv_bn_1_gamma_ptr, co
     conv_bn_1_beta = tl.load(conv_bn_1_beta_ptr + zr + (ix0))
     v24 = tl.broadcast_to(conv_bn_1_beta, (16, 1, 1, 1, 1, 1))
     v2_acc = tl.zeros((16, 16), dtype=tl.float32)
-    for rb4 in range(0, 3, 1):
+    for rt in range(0, 9):
+        rb4 = (rt // 3) * 1
+        rb5 = (rt % 3) * 1
         iv4 = rb4 + tl.arange(0, 1)
         ix4 = iv4[None, None, None, None, :, None]
-        for rb5 in range(0, 3, 1):
-            iv5 = rb5 + tl.arange(0, 1)
-            ix5 = iv5[None, None, None, None, None, :]
-            h_op = tl.load(h_ptr + (iv3[None, :]) * 1024 + (iv1[:, None] + iv4[:, None] + -1) * 32 + (iv2[:, None] + iv5[:, None] + -1), mask=((iv1[:, None] + iv4[:, None] + -1) >= 0) & ((iv1[:, None] + iv4[:, None] + -1) < 32) & ((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32), other=0.0)
-            conv_bn_1_w_op = tl.load(conv_bn_1_w_ptr + (iv0[None, :]) * 64 + (iv3[:, None]) + (iv4[:, None]) * 12288 + (iv5[:, None]) * 4096)
-            v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="tf32")
+        iv5 = rb5 + tl.arange(0, 1)
+        ix5 = iv5[None, None, None, None, None, :]
+        h_op = tl.load(h_ptr + (iv3[None, :]) * 1024 + (iv1[:, None] + iv4[:, None] + -1) * 32 + (iv2[:, None] + iv5[:, None] + -1), mask=((iv1[:, None] + iv4[:, None] + -1) >= 0) & ((iv1[:, None] + iv4[:, None] + -1) < 32) & ((iv2[:, None] + iv5[:, None] + -1) >= 0) & ((iv2[:, None] + iv5[:, None] + -1) < 32), other=0.0)
+        conv_bn_1_w_op = tl.load(conv_bn_1_w_ptr + (iv0[None, :]) * 64 + (iv3[:, None]) + (iv4[:, None]) * 12288 + (iv5[:, None]) * 4096)
+        v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="tf32")
     v2 = v2_acc
     v2 = tl.trans(v2)
     v2 = tl.reshape(v2, (16, 1, 16, 1, 1, 1))
