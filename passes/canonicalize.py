@@ -36,7 +36,7 @@ class CanonicalizeOptions:
     fold: bool = True  # evaluate nodes whose operands are all constants or params with data
     fold_limit: int = 65536  # largest tensor (elements) folding reads or creates
     simplify: bool = True  # x*1, x+0, double transposes, reshape chains, no-op casts/reshapes, zero pads into convs,
-    # head splits before slices
+    # head splits before slices, where() on a uniform known condition
     cse: bool = True  # merge nodes with the same op, operands and attributes
     private_index_values: bool = True  # each reader its own copy of a value made of constants and indices alone
     flatten_rows: bool = True  # matmuls over [*lead, K] rows as one [rows, K] matmul, row-wise ops after it too
@@ -378,6 +378,22 @@ def _conv2d(graph: Graph, node: Node) -> Value | None:
     return _build(graph, node, "conv2d", pieces[core[0]], node.inputs[1], **attrs)
 
 
+def _where(graph: Graph, node: Node) -> Value | None:
+    """where(c, x, y) whose condition is known and the same everywhere (an all-true attention mask that a
+    trace kept as data): x or y, broadcast to the result's shape. ViT's and BERT's attention kernels loaded
+    such a mask at every key/value step."""
+    cond, x, y = node.inputs
+    while cond.producer is not None and cond.producer.op in ("broadcast_to", "reshape"):  # the same values
+        cond = cond.producer.inputs[0]
+    known = _known(cond)
+    if known is None or not _is_uniform(known):
+        return None
+    pick = x if known.flat[0] else y
+    if pick.type.shape == node.result.type.shape:
+        return pick
+    return _build(graph, node, "broadcast_to", pick, shape=node.result.type.shape)
+
+
 def _build(graph: Graph, anchor: Node, op: str, *operands: Value, **attrs: Any) -> Value:
     return graph.create_node(op, operands, attrs, before=anchor, loc=anchor.loc).result
 
@@ -393,6 +409,7 @@ SIMPLIFICATIONS: dict[str, Callable[[Graph, Node], Value | None]] = {
     "reshape": _reshape,
     "broadcast_to": _broadcast_to,
     "conv2d": _conv2d,
+    "where": _where,
 }
 
 

@@ -151,6 +151,20 @@ def test_broadcast_chain_becomes_one():
     assert_same_results(g, after)
 
 
+@pytest.mark.parametrize("mask", ["all true", "all false", "mixed"])
+def test_where_on_a_known_uniform_condition_picks_its_side(mask):
+    """An attention mask traced as data (ViT's: all true), broadcast to the scores, selects one side
+    outright; a mask that varies stays a where."""
+    data = {"all true": np.ones((1, 4, 4), bool), "all false": np.zeros((1, 4, 4), bool),
+            "mixed": np.tril(np.ones((4, 4), bool))[None]}[mask]
+    b, (x,) = builder("f32[2, 4, 4]")
+    cond = b.broadcast_to(b.param("m", [1, 4, 4], data=data, dtype="bool"), shape=(2, 4, 4))
+    g = b.output(b.where(cond, x, b.constant(-1.0)))
+    after = run_canon(g)
+    assert ("where" in ops(after)) == (mask == "mixed")
+    assert_same_results(g, after)
+
+
 def test_simplify_false_leaves_identities():
     b, (x,) = builder("f32[3]")
     g = b.output(b.mul(x, 1.0))
