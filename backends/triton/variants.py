@@ -60,8 +60,9 @@ class Shape:
 
     @property
     def accumulator(self) -> int:
-        """Elements of the largest dot's [M, N] accumulator block."""
-        return max(m * n for m, n, _ in self.dots)
+        """Elements of the dots' [M, N] accumulator blocks, which are live together: attention's 128 x 64
+        scores and 128 x 64 output took 188 registers a thread at 4 warps on sm_90, 106 at 8."""
+        return sum(m * n for m, n, _ in self.dots)
 
     @property
     def stage_bytes(self) -> tuple[int, ...]:
