@@ -132,6 +132,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.loads: dict = {}  # loads inside the open reduction loops
         self.outer_loads: dict = {}  # loads outside them (valid for the whole program)
         self.open: list[int] = []  # reduction loops whose `for` is open
+        self.flat = False  # the open reduction loops run as one flat `for` (`reduction_loops`)
         self.hoist_at, self.hoist_depth = 0, 1
         self.acc2d: dict[Value, tuple[int, int]] = {}  # accumulators kept as 2-D [m, n] tl.dot tiles
         self.masks: dict[int, str | None] = {}
@@ -455,36 +456,40 @@ class KernelEmitter(DotMixin, AttentionMixin):
         return f"# tile: {', '.join(parts)}{packed}"
 
     def reduction_loops(self, loops: tuple[int, ...]) -> tuple[int, ...]:
-        """Open one `for` over the reduction loops of several tiles (one-tile loops are defined up front),
-        in nested order: loops of one lane outermost, the wide blocks innermost. One flat `for` is what
-        Triton pipelines whole: an implicit-GEMM conv's kh x kw x channel chunks as one run of loads,
-        where a `for` per loop restarted the pipeline at every kh and kw (its prologue 3 times per
-        kernel row of a 3x3 convolution)."""
+        """Open the reduction loops of several tiles (one-tile loops are defined up front) in nested order:
+        loops of one lane outermost, the wide block innermost. Where at most one loop has a wide block (an
+        implicit-GEMM convolution: kh and kw walked, channels in chunks) they run as one flat `for`, which
+        Triton pipelines whole, where a `for` per loop restarted the pipeline at every kh and kw. Gathered
+        blocks (several wide loops: ResNet-50's 7x7 stem in IEEE f32) keep a `for` each: flat, their
+        pipelined loads took 255 registers, 168 nested."""
         loops = tuple(sorted((k for k in loops if self.loops[k].count > 1), key=lambda k: (self.loops[k].block > 1, k)))
         self.hoist_at, self.hoist_depth = len(self.lines), self.depth
-        if len(loops) == 1:
-            (k,) = loops
-            self.line(f"for rb{k} in range(0, {self.loops[k].extent}, {self.loops[k].tile}):")
-        elif loops:
+        flat = len(loops) > 1 and sum(self.loops[k].block > 1 for k in loops) <= 1
+        if not flat:
+            for k in loops:
+                self.line(f"for rb{k} in range(0, {self.loops[k].extent}, {self.loops[k].tile}):")
+                self.depth += 1
+                self.define_loop(k, f"rb{k}")
+        else:
             self.line(f"for rt in range(0, {math.prod(self.loops[k].count for k in loops)}):")
-        self.depth += bool(loops)
-        stride = 1
-        steps = []
-        for k in reversed(loops if len(loops) > 1 else ()):  # innermost first: rt = sum of step * stride
-            plan = self.loops[k]
-            step = f"rt // {stride}" if stride > 1 else "rt"
-            steps.append(f"rb{k} = ({step}{f' % {plan.count}' if k != loops[0] else ''}) * {plan.tile}")
-            stride *= plan.count
-        for line in reversed(steps):
-            self.line(line)
-        for k in loops:
-            self.define_loop(k, f"rb{k}")
+            self.depth += 1
+            stride, steps = 1, []
+            for k in reversed(loops):  # innermost first: rt = sum of each loop's step * stride
+                step = f"rt // {stride}" if stride > 1 else "rt"
+                steps.append(f"rb{k} = ({step}{f' % {self.loops[k].count}' if k != loops[0] else ''}) * "
+                             f"{self.loops[k].tile}")
+                stride *= self.loops[k].count
+            for line in reversed(steps):
+                self.line(line)
+            for k in loops:
+                self.define_loop(k, f"rb{k}")
         self.loads = {}
         self.open = list(loops)
+        self.flat = flat
         return loops
 
     def close_loops(self, loops: tuple[int, ...]) -> None:
-        self.depth -= bool(loops)
+        self.depth -= 1 if self.flat else len(loops)
         for k in loops:
             self.masks.pop(k, None)
         self.loads = {}

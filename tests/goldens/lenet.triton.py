@@ -114,25 +114,24 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
     conv2_bias = tl.load(conv2_bias_ptr + zr + (ix1))
     v4 = tl.broadcast_to(conv2_bias, (1, 16, 1, 1, 1, 1, 1))
     v3_acc = tl.zeros((16, 16), dtype=tl.float32)
-    for rt in range(0, 6):
-        rb4 = (rt // 2) * 2
-        rb5 = (rt % 2) * 4
+    for rb4 in range(0, 6, 2):
         iv4 = rb4 + tl.arange(0, 2)
         ix4 = iv4[None, None, None, None, :, None, None]
-        iv5 = rb5 + tl.arange(0, 4)
-        ix5 = iv5[None, None, None, None, None, :, None]
-        mv5 = (iv5 < 5)
-        mk5 = mv5[None, None, None, None, None, :, None]
-        p1 = tl.load(p1_ptr + zr + (ix0) * 1176 + (ix4) * 196 + (ix2 + ix5) * 14 + (ix3 + ix6), mask=mk3 & mk5 & mk6, other=0.0)
-        p1_op = tl.broadcast_to(p1, (1, 1, 1, 16, 2, 4, 8))
-        p1_op = tl.reshape(p1_op, (16, 2, 4, 8,))
-        p1_op = tl.reshape(p1_op, (16, 64))
-        conv2_weight = tl.load(conv2_weight_ptr + zr + (ix1) * 150 + (ix4) * 25 + (ix5) * 5 + (ix6), mask=mk5 & mk6, other=0.0)
-        conv2_weight_op = tl.broadcast_to(conv2_weight, (1, 16, 1, 1, 2, 4, 8))
-        conv2_weight_op = tl.reshape(conv2_weight_op, (16, 2, 4, 8,))
-        conv2_weight_op = tl.permute(conv2_weight_op, (1, 2, 3, 0,))
-        conv2_weight_op = tl.reshape(conv2_weight_op, (64, 16))
-        v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
+        for rb5 in range(0, 5, 4):
+            iv5 = rb5 + tl.arange(0, 4)
+            ix5 = iv5[None, None, None, None, None, :, None]
+            mv5 = (iv5 < 5)
+            mk5 = mv5[None, None, None, None, None, :, None]
+            p1 = tl.load(p1_ptr + zr + (ix0) * 1176 + (ix4) * 196 + (ix2 + ix5) * 14 + (ix3 + ix6), mask=mk3 & mk5 & mk6, other=0.0)
+            p1_op = tl.broadcast_to(p1, (1, 1, 1, 16, 2, 4, 8))
+            p1_op = tl.reshape(p1_op, (16, 2, 4, 8,))
+            p1_op = tl.reshape(p1_op, (16, 64))
+            conv2_weight = tl.load(conv2_weight_ptr + zr + (ix1) * 150 + (ix4) * 25 + (ix5) * 5 + (ix6), mask=mk5 & mk6, other=0.0)
+            conv2_weight_op = tl.broadcast_to(conv2_weight, (1, 16, 1, 1, 2, 4, 8))
+            conv2_weight_op = tl.reshape(conv2_weight_op, (16, 2, 4, 8,))
+            conv2_weight_op = tl.permute(conv2_weight_op, (1, 2, 3, 0,))
+            conv2_weight_op = tl.reshape(conv2_weight_op, (64, 16))
+            v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
     v3 = v3_acc
     v3 = tl.trans(v3)
     v3 = tl.reshape(v3, (1, 16, 1, 16, 1, 1, 1))
