@@ -45,7 +45,7 @@ def flatten_rows(graph: Graph) -> int:
     for node in graph.nodes:
         if node.graph is None:
             continue
-        if _row_matmul(node) and (node.result in feeding or _last_of_flat_rows(graph, node)):
+        if _row_matmul(node) and (_users_take_rows(node, feeding) or _last_of_flat_rows(graph, node, feeding)):
             new = _matmul(graph, node)
         elif node.op in REDUCTIONS and node.result in feeding:
             new = _reduction(graph, node)
@@ -64,11 +64,11 @@ def _row_matmul(node: Node) -> bool:
     return node.op == "matmul" and node.inputs[1].type.rank == 2
 
 
-def _last_of_flat_rows(graph: Graph, node: Node) -> bool:
+def _last_of_flat_rows(graph: Graph, node: Node, feeding: set[Value]) -> bool:
     """The last matmul, reading rows flattened before it, runs flat too (read as split rows, it fused with a
     final layer norm into one kernel without tl.dot), unless its result is an output (the reshape back
     would copy it)."""
-    return split_rows(node.inputs[0]) is not None and node.result not in graph.outputs
+    return split_rows(node.inputs[0]) is not None and node.result not in feeding and node.result not in graph.outputs
 
 
 def _feeding_matmuls(graph: Graph) -> set[Value]:
@@ -84,15 +84,18 @@ def _feeding_matmuls(graph: Graph) -> set[Value]:
 
 def _computed(value: Value) -> bool:
     """Whether `value` comes out of a kernel of its own, which writes it as flat rows as cheaply as split
-    ones: a structured op that is no elementwise op (a reduction, a matmul), or an elementwise op of such a
-    value. Read as rows, a graph input (or a concat's, a gather's result) would be copied by a kernel of its
-    own, and an elementwise op of inputs alone (fused into the matmul that reads it) would become one."""
+    ones: a structured op that is no elementwise op (a reduction, a matmul), an elementwise op of such a
+    value, or one a reduction also reads (ViT's embeddings plus positions, which its first layer norm's
+    kernel writes). Read as rows, a graph input (or a concat's, a gather's result) would be copied by a
+    kernel of its own, and an elementwise op of inputs alone (fused into the matmul that reads it) would
+    become one."""
     node = value.producer
     if node is not None and node.op == "reshape":  # two reshapes are one (canonicalize folds them)
         return _computed(node.inputs[0])
     if node is None or not node.opdef.is_structured:
         return False
-    return node.opdef.category != ELEMENTWISE or any(_computed(v) for v in node.inputs)
+    return (node.opdef.category != ELEMENTWISE or any(_computed(v) for v in node.inputs)
+            or any(user.op in REDUCTIONS for user in value.users))  # written by a reduction's kernel (a norm's)
 
 
 def _build(graph: Graph, anchor: Node, op: str, *operands: Value, **attrs) -> Value:
@@ -119,25 +122,67 @@ def _elementwise(graph: Graph, node: Node) -> Value | None:
     operand broadcasts over some lead axes only (a position embedding [1, tokens, d])."""
     shape = node.result.type.shape
     found = next((s for v in node.inputs if (s := split_rows(v)) is not None and v.type.shape == shape), None)
-    if found is None:
+    shapes = _row_shapes(node, found[1], set()) if found is not None else None
+    if shapes is None:  # decided before any node is built: a refusal leaves the graph as it was
         return None
-    lead = found[1]
-    rows, rest = math.prod(lead), shape[len(lead):]
-    shapes: list[tuple[int, ...] | Value] = []  # per operand: the shape to read it at, or its flat rows
+    operands = [s if isinstance(s, Value) else _reshape(graph, node, v, s) for v, s in zip(node.inputs, shapes)]
+    flat = graph.create_node(node.op, operands, dict(node.attrs), before=node, loc=node.loc).result
+    return _reshape(graph, node, flat, shape)
+
+
+def _row_shapes(node: Node, lead: tuple[int, ...], rows: set[Value]) -> list[tuple[int, ...] | Value] | None:
+    """Per operand of an elementwise `node` over [*lead, *rest]: its flat rows (a split reshape's source, or
+    itself if in `rows`, values about to be flattened), or the shape to read it at; None if one cannot be."""
+    shape = node.result.type.shape
+    if shape[:len(lead)] != lead:
+        return None
+    rest = shape[len(lead):]
+    shapes: list[tuple[int, ...] | Value] = []
     for value in node.inputs:
         split = split_rows(value)
         padded = (1,) * (len(shape) - value.type.rank) + value.type.shape
         if split is not None and split[1] == lead and value.type.rank == len(shape):
             shapes.append(split[0])
+        elif value in rows:
+            shapes.append(value)
         elif all(n == 1 for n in padded[:len(lead)]):
             shapes.append(padded[len(lead):] if value.type.rank > len(rest) else value.type.shape)
         elif padded[:len(lead)] == lead and value.type.rank == len(shape) and _computed(value):
-            shapes.append((rows,) + padded[len(lead):])
+            shapes.append((math.prod(lead),) + padded[len(lead):])
         else:
-            return None  # decided before any node is built: a refusal leaves the graph as it was
-    operands = [s if isinstance(s, Value) else _reshape(graph, node, v, s) for v, s in zip(node.inputs, shapes)]
-    flat = graph.create_node(node.op, operands, dict(node.attrs), before=node, loc=node.loc).result
-    return _reshape(graph, node, flat, shape)
+            return None
+    return shapes
+
+
+def _users_take_rows(node: Node, feeding: set[Value]) -> bool:
+    """Whether a matmul's result would be read as flat rows all the way to the next matmuls: by matmuls,
+    reshapes, and row-wise ops between matmuls that flatten too. One that stays split (an add of a position
+    embedding [1, tokens, d]) would read split rows of a flat value inside the matmul's epilogue, which
+    would then split off into a kernel of its own."""
+    value = node.result
+    if value not in feeding:
+        return False
+    lead = value.type.shape[:-1]
+    seen: dict[Value, bool] = {}
+
+    def takes(value: Value) -> bool:
+        if value not in seen:  # a tail after the last matmul reads split rows as its kernel starts
+            seen[value] = True  # a value met again on another path is judged once
+            seen[value] = value not in feeding or all(reads(user, value) for user in value.users)
+        return seen[value]
+
+    def reads(user: Node, value: Value) -> bool:
+        if _row_matmul(user) and user.inputs[0] is value or user.op == "reshape":
+            return True
+        if user.result not in feeding:
+            return True
+        if user.op in REDUCTIONS:
+            axes = user.attrs["axes"]
+            return bool(axes) and min(axes) >= len(lead) and takes(user.result)
+        return (user.opdef.category == ELEMENTWISE and len(user.results) == 1
+                and _row_shapes(user, lead, set(seen)) is not None and takes(user.result))
+
+    return takes(value)
 
 
 def _reduction(graph: Graph, node: Node) -> Value | None:
