@@ -505,7 +505,9 @@ def _parse_kind(reader: AnnotationReader, kernel: Kernel) -> Kernel:
 
 
 register_section(AnnotationSection("kernels", _print_kernels, _parse_kernels, order=10, field="kernels"))
-register_section(_record_section("target", "target", target_record, target_from_record, TARGET_FIELDS, order=20))
+# fields added to Target after the format was first written default when absent, so older files still load
+register_section(_record_section("target", "target", target_record, target_from_record, TARGET_FIELDS, order=20,
+                                 optional=("matrix_block",)))
 register_section(_record_section(
     "memory_plan", "memory_plan", plan_record, plan_from_record, PLAN_FIELDS, order=60, optional=PLAN_OPTIONAL,
     check=lambda plan, program: _unknown_kernels(plan.order, program)))

@@ -131,6 +131,18 @@ def test_errors_name_line_and_column(old, new, line, column, fragment):
     assert fragment in message
 
 
+def test_a_target_written_before_matrix_block_still_loads():
+    """Programs saved before gpu-h100 gained `matrix_block` load with its default; other fields stay required."""
+    from tilegraph.ir.target import load_target
+
+    program = replace(fused(small_program()), target=load_target("gpu-h100"))
+    text = print_program(program)
+    older = "\n".join(line for line in text.splitlines() if "matrix_block" not in line)
+    assert parse_program(older).target == replace(program.target, matrix_block=0)
+    with pytest.raises(ParseError, match="lacks matrix_unit"):
+        parse_program("\n".join(line for line in text.splitlines() if "matrix_unit" not in line))
+
+
 def test_section_given_twice_and_graph_errors_keep_their_lines():
     with pytest.raises(ParseError, match="section properties is given twice"):
         parse_program(EXPECTED + "\nproperties []")
