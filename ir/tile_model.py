@@ -230,9 +230,9 @@ def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, si
     matrix unit), or the whole extent where smaller. A GPU runs a tile in a power-of-two block (Triton's),
     so a 14-wide tile fills a 16-wide unit; at least half of the padded lanes must be the tile's."""
     ok = np.ones(grid.shape[0], dtype=bool)
-    side = max(side, target.matrix_unit)
     if not target.matrix_unit:
         return ok
+    side = max(side, target.matrix_unit)
     extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
     lanes = 2.0 ** np.ceil(np.log2(grid)) if target.kind == "gpu" else grid
     for group in matrix_groups(domain):

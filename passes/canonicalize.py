@@ -380,8 +380,8 @@ def _conv2d(graph: Graph, node: Node) -> Value | None:
 
 def _where(graph: Graph, node: Node) -> Value | None:
     """where(c, x, y) whose condition is known and the same everywhere (an all-true attention mask that a
-    trace kept as data): x or y, broadcast to the result's shape. ViT's and BERT's attention kernels loaded
-    such a mask at every key/value step."""
+    trace kept as data): x or y, broadcast to the result's shape. ViT's attention kernel loaded such a mask
+    at every key/value step."""
     cond, x, y = node.inputs
     while cond.producer is not None and cond.producer.op in ("broadcast_to", "reshape"):  # the same values
         cond = cond.producer.inputs[0]

@@ -39,8 +39,8 @@ def cache_dir() -> Path:
 
 
 def dot_warps(accumulator: int) -> int:
-    """Warps for a dot kernel whose largest f32 accumulator block has `accumulator` elements: 8 (two
-    warpgroups) from 128 x 128 up, else 4. At 4 warps a 128 x 256 block took 255 registers a thread on
+    """Warps for a dot kernel whose f32 accumulator blocks (all its dots', live together) have `accumulator`
+    elements: 8 (two warpgroups) from 128 x 128 up, else 4. At 4 warps a 128 x 256 block took 255 registers a thread on
     sm_90 (170 at 8), one 4-warp program per multiprocessor."""
     return 8 if accumulator >= WIDE_ACCUMULATOR else 4
 

@@ -471,16 +471,13 @@ class KernelEmitter(DotMixin, AttentionMixin):
                 self.depth += 1
                 self.define_loop(k, f"rb{k}")
         else:
-            self.line(f"for rt in range(0, {math.prod(self.loops[k].count for k in loops)}):")
+            counts = [self.loops[k].count for k in loops]
+            self.line(f"for rt in range(0, {math.prod(counts)}):")
             self.depth += 1
-            stride, steps = 1, []
-            for k in reversed(loops):  # innermost first: rt = sum of each loop's step * stride
-                step = f"rt // {stride}" if stride > 1 else "rt"
-                steps.append(f"rb{k} = ({step}{f' % {self.loops[k].count}' if k != loops[0] else ''}) * "
-                             f"{self.loops[k].tile}")
-                stride *= self.loops[k].count
-            for line in reversed(steps):
-                self.line(line)
+            for position, k in enumerate(loops):  # rt walks the loops in nested order, the last innermost
+                stride = math.prod(counts[position + 1:])
+                step = (f"rt // {stride}" if stride > 1 else "rt") + (f" % {counts[position]}" if position else "")
+                self.line(f"rb{k} = ({step}) * {self.loops[k].tile}")
             for k in loops:
                 self.define_loop(k, f"rb{k}")
         self.loads = {}

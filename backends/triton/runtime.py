@@ -57,7 +57,7 @@ def load_module(text: str):
 
 def untuned_config(kernel, source, options: TritonOptions) -> tuple[int, int]:
     """(warps, stages) a kernel launches with before tuning (`autotune.default_config`), from its tl.dot
-    blocks: one pipeline stage of operands ([M, K] and [K, N] of each dot) and the largest accumulator."""
+    blocks: one pipeline stage of operands ([M, K] and [K, N] of each dot) and their accumulators."""
     from .variants import dot_shape
 
     shape = dot_shape(kernel, options) if source is not None and source.uses_dot else None

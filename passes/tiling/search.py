@@ -16,9 +16,9 @@ pipeliner stages, where several loops per side make a gathered block reshaped in
 ResNet block's 3x3 convolution: 255 registers and 432 cp.async per program for K = 4 x 3 x 3 padded
 to 64 lanes, against 130 and 320 straight, per `nvdisasm` of the sm_90 build). On a GPU,
 parallelism (up to its multiprocessors) comes before traffic, and between them, dots whose blocks are
-`matrix_block` wide a side (gpu-h100: 64): the traffic model alone gave a 2048-token attention query
-tiles of 256 and key/value tiles of 16 (halving K/V reloads that the L2 serves), 128 steps of
-softmax bookkeeping around 256 x 16 products.
+`matrix_block` wide a side (gpu-h100: 64): the traffic model alone gave ViT's 197-token attention 16
+query rows a program, too few for wgmma (and, before the working set counted an attention's score
+chain once, a 2048-token attention 16 keys a step).
 """
 from __future__ import annotations
 
