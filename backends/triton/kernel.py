@@ -44,6 +44,11 @@ MAX_NUMEL = 1 << 20  # Triton's largest block tensor
 # the ResNet block's convolutions asked an H200 for 0.25-2 MiB of shared memory (it has 227 KiB).
 REGISTER_BLOCK = 1 << 14  # elements of a non-dot reduction's block
 DOT_STAGE_BYTES = 112 << 10  # bytes of a tl.dot's [M, K] and [K, N] blocks (two stages fit 227 KiB)
+# K lanes of one step of a dot on tensor cores (as `variants.MAX_K`): a convolution's whole K of 256-512
+# channels in one block left nothing for the pipeliner to overlap (ResNet-50's 1x1 convolutions had no
+# cp.async in the sm_90 build)
+TENSOR_K = 128
+K_PADDING = 9 / 8  # a dot's K step is the widest whose padded lanes stay within this of the K extent
 _COMBINE = {"add": "+", "mul": "*"}
 _REDUCE = {"add": "tl.sum({x}, axis={k}, keep_dims=True)", "max": "tl.max({x}, axis={k}, keep_dims=True)",
            "min": "tl.min({x}, axis={k}, keep_dims=True)", "mul": "tl.reduce({x}, {k}, _tg_mul, keep_dims=True)"}
@@ -52,6 +57,17 @@ _IDENTITY = {"add": 0.0, "mul": 1.0, "max": -math.inf, "min": math.inf}
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def least_padded_step(loop: "LoopPlan") -> int:
+    """The widest power-of-two step, at most the loop's block and at least MIN_DOT, whose steps cover the
+    extent within K_PADDING of it; the block itself when none does."""
+    step = loop.block
+    while step >= MIN_DOT:
+        if -(-loop.extent // step) * step <= K_PADDING * loop.extent:
+            return step
+        step //= 2
+    return loop.block
 
 
 @dataclass(frozen=True)
@@ -145,9 +161,10 @@ class KernelEmitter(DotMixin, AttentionMixin):
 
     def walk_reductions_in_chunks(self) -> None:
         """Halve the widest reduction block of each reduction node (a carried `for` loop then walks the tile)
-        until the node fits REGISTER_BLOCK, or DOT_STAGE_BYTES if it is a tl.dot (whose K keeps MIN_DOT
-        lanes; at most FMA_K on FMA units). Which outputs a program computes is unchanged: parallel tiles are
-        the tiling pass's."""
+        until the node fits REGISTER_BLOCK, or if it is a tl.dot, DOT_STAGE_BYTES and at most TENSOR_K lanes
+        of K (FMA_K on FMA units), keeping MIN_DOT; a dot over one K loop then takes the widest step that pads
+        K by at most K_PADDING (MobileNetV2's K = 144 channels: 5 steps of 32, not 256 lanes). Which outputs
+        a program computes is unchanged: parallel tiles are the tiling pass's."""
         whole, numel = kept_whole(self.domain), self.numel
         for i, space in enumerate(self.domain.spaces):
             if space is None or all(x is None for x in space.init):
@@ -157,7 +174,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
                 if plan is not None:
                     itemsize = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize
                     k_lanes = numel(plan.ks)
-                    fits = k_lanes <= MIN_DOT or (k_lanes <= FMA_K or not self.on_fma(i, plan)) and \
+                    fits = k_lanes <= MIN_DOT or k_lanes <= (FMA_K if self.on_fma(i, plan) else TENSOR_K) and \
                         (numel(plan.ms) + numel(plan.ns)) * numel(plan.bs) * k_lanes * itemsize <= DOT_STAGE_BYTES
                     chunkable = plan.ks
                 else:
@@ -167,9 +184,15 @@ class KernelEmitter(DotMixin, AttentionMixin):
                 if fits or not chunkable:
                     break
                 k = max(chunkable, key=lambda d: (self.loops[d].block, -d))
-                loops = list(self.loops)
-                loops[k] = LoopPlan(loops[k].extent, REDUCTION, loops[k].block // 2, loops[k].block // 2)
-                self.loops = tuple(loops)
+                self.step_loop(k, self.loops[k].block // 2)
+            if plan is not None and len(chunkable) == 1 and len(plan.ks) == 1:
+                self.step_loop(chunkable[0], least_padded_step(self.loops[chunkable[0]]))
+
+    def step_loop(self, k: int, step: int) -> None:
+        """Reduction loop k walked `step` lanes at a time."""
+        loops = list(self.loops)
+        loops[k] = LoopPlan(loops[k].extent, REDUCTION, step, step)
+        self.loops = tuple(loops)
 
     # ----- small helpers ---------------------------------------------------------------------------
     def line(self, text: str) -> None:

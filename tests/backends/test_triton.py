@@ -105,18 +105,31 @@ def test_dots_on_fma_units_walk_k_in_short_blocks():
     """An IEEE f32 dot runs on FMA units, whose threads hold their rows and columns for the whole K block: it
     walks K FMA_K lanes at a time, where tensor cores (TF32 here) take the tiling's wider blocks."""
     from tilegraph.backends.triton.dot import FMA_K
+
+    graph = parse("def f(x: f32[64, 512], w: f32[512, 64]) -> f32[64, 64] { return x @ w }")
+    assert _k_lanes(check(graph)) == FMA_K
+    assert _k_lanes(check(graph, tf32=True)) > FMA_K
+
+
+@pytest.mark.parametrize("dtype, channels, step", [("bf16", 512, 128), ("f32", 144, 32), ("f32", 96, 32),
+                                                   ("f32", 24, 32), ("bf16", 384, 128)])
+def test_tensor_core_dots_walk_k_in_pipelined_steps_with_little_padding(dtype, channels, step):
+    """A dot on tensor cores walks K at most TENSOR_K lanes a step, so the pipeliner has steps to overlap (a
+    1x1 convolution over 512 channels took them in one block), and takes the widest step that pads K by at most
+    K_PADDING (144 channels: 5 steps of 32, not 256 lanes at once; 24 stay one step of 32); results match."""
+    graph = parse(f"""def f(x: {dtype}[2, {channels}, 8, 8], w: {dtype}[64, {channels}, 1, 1]) -> {dtype}[2, 64, 8, 8] {{
+                        return relu(conv2d(x, w)) }}""")
+    assert _k_lanes(check(graph, tf32=True)) == step
+
+
+def _k_lanes(fn) -> int:
+    """The widest reduction block of the program's one kernel, as the emitter walks it."""
     from tilegraph.backends.triton.kernel import KernelEmitter
     from tilegraph.ir.structured import REDUCTION
 
-    graph = parse("def f(x: f32[64, 512], w: f32[512, 64]) -> f32[64, 64] { return x @ w }")
-
-    def k_lanes(fn):
-        (kernel,) = fn.program.kernels
-        loops = KernelEmitter(kernel, kernel.domain, "k", options=fn.options).loops
-        return max(loop.block for loop in loops if loop.kind == REDUCTION)
-
-    assert k_lanes(check(graph)) == FMA_K
-    assert k_lanes(check(graph, tf32=True)) > FMA_K
+    (kernel,) = [k for k in fn.program.kernels if k.domain.loops]
+    loops = KernelEmitter(kernel, kernel.domain, "k", options=fn.options).loops
+    return max(loop.block for loop in loops if loop.kind == REDUCTION)
 
 
 def test_a_convolution_walks_its_window_and_channel_chunks_in_one_loop():
@@ -131,9 +144,13 @@ def test_a_convolution_walks_its_window_and_channel_chunks_in_one_loop():
 
 
 def _channel_tile(fn) -> int:
+    """The channel step the kernel walks (the Program's tile, or the emitter's shorter K step)."""
+    from tilegraph.backends.triton.kernel import KernelEmitter
+
     (kernel,) = [k for k in fn.program.kernels if k.domain.loops]
-    (channels,) = [loop.name for loop in kernel.domain.loops if loop.kind == "reduction" and loop.extent == 256]
-    return dict(kernel.tiles)[channels]
+    loops = KernelEmitter(kernel, kernel.domain, "k", options=fn.options).loops
+    (step,) = [loop.tile for loop in loops if loop.kind == "reduction" and loop.extent == 256]
+    return step
 
 
 def test_repeated_layers_with_permuted_weights_share_one_function():
