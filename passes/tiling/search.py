@@ -9,16 +9,17 @@ least per-tile overhead); on a CPU, a kernel with BUSY_SECONDS of compute on one
 tilings that leave units idle. On a target with a matrix unit (a GPU's tensor cores), a contraction's
 tile must give the unit at least `matrix_unit` rows, columns and reduction depth (or the whole
 extent, if smaller), whenever some fitting tiling does: a narrower tile runs on scalar cores. Among
-those, a tiling whose contractions run M, N and K over one loop each (the others one at a time: a
-convolution's n, oh, kh, kw), the result's contiguous loop among them, is preferred
-(`straight_operands`): its operands load as plain 2-D blocks that the GPU's
-pipeliner stages, where several loops per side make a gathered block reshaped in registers (the
-ResNet block's 3x3 convolution: 255 registers and 432 cp.async per program for K = 4 x 3 x 3 padded
-to 64 lanes, against 130 and 320 straight, per `nvdisasm` of the sm_90 build). On a GPU,
-parallelism (up to its multiprocessors) comes before traffic, and between them, dots whose blocks are
-`matrix_block` wide a side (gpu-h100: 64): the traffic model alone gave ViT's 197-token attention 16
-query rows a program, too few for wgmma (and, before the working set counted an attention's score
-chain once, a 2048-token attention 16 keys a step).
+those, a tiling whose contractions run K over one loop (a convolution's kh, kw walked one at a time),
+the result's contiguous loop tiled, is kept (`straight_operands(rows_too=False)`): several K loops make a
+gathered block reshaped in registers (the ResNet block's 3x3 convolution: 255 registers and 432
+cp.async per program for K = 4 x 3 x 3 padded to 64 lanes, against 130 and 320 straight, per
+`nvdisasm` of the sm_90 build). On a GPU the choice then ranks, in order: parallelism (up to its
+multiprocessors); rows over several loops that slide a window (a 3x3 convolution's n, oh, ow: a
+block under a 3-D border mask, which the pipeliner did not stage) last; dots whose blocks are
+`matrix_block` wide a side (gpu-h100: 64); M and N over one loop each (`straight_operands`); traffic.
+Width before straightness: ResNet-50's 1x1 convolutions at 14 x 14 took one image row, 16 lanes on
+mma.sync, re-reading all their weights per 14 pixels; now 4 x 14 pixels on wgmma. Width before traffic:
+the traffic model alone gave ViT's 197-token attention 16 query rows a program, too few for wgmma.
 """
 from __future__ import annotations
 
@@ -68,13 +69,15 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
     if not fitting.any():
         return None
     feeds_unit = fitting & feeds_matrix_unit(domain, target, grid)
-    straight = feeds_unit & straight_operands(domain, target, grid)
-    fits = np.flatnonzero(straight if straight.any() else feeds_unit if feeds_unit.any() else fitting)
+    straight_k = feeds_unit & straight_operands(domain, target, grid, rows_too=False)
+    fits = np.flatnonzero(straight_k if straight_k.any() else feeds_unit if feeds_unit.any() else fitting)
     units = np.minimum(costs.parallel[fits], target.parallel_units)
     count = np.prod(np.ceil(np.array([loop.extent for loop in loops], dtype=np.float64) / grid[fits]), axis=1)
     if target.kind == "gpu":  # idle multiprocessors cost more than traffic that the L2 mostly serves
         narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
-        pick = fits[np.lexsort((count, costs.traffic[fits], narrow, -units))[0]]
+        gathered = ~straight_operands(domain, target, grid[fits])
+        masked = gathered & _rows_slide_a_window(domain)  # 3-D masks: no cp.async staging (sm_90 build)
+        pick = fits[np.lexsort((count, costs.traffic[fits], gathered, narrow, masked, -units))[0]]
     else:
         if _busy_for_every_unit(domain, target):  # enough work: no tiling that leaves cores idle
             keep = units >= units.max()
@@ -97,7 +100,19 @@ def _busy_for_every_unit(domain: KernelDomain, target: Target) -> bool:
     return sum(node.flops() for node in domain.nodes) * target.parallel_units / target.peak_flops >= BUSY_SECONDS
 
 
-def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray) -> np.ndarray:
+def _rows_slide_a_window(domain: KernelDomain) -> bool:
+    """Whether some contraction's M loops index an operand axis together with a reduction loop (a
+    convolution's oh + kh): such rows taken over several loops load a block under a 3-D border mask."""
+    for i, m, _, k in contractions(domain):
+        for amap in domain.spaces[i].inputs[:2]:
+            for expr in domain.compose_map(i, amap).exprs:
+                loops = {loop for loop, _ in expr.terms}
+                if loops & m and loops & k:
+                    return True
+    return False
+
+
+def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, rows_too: bool = True) -> np.ndarray:
     """Per candidate tiling: on a target with a matrix unit, every contraction's M, N and K groups have at
     most one loop tiled wider than 1, and its result's innermost (contiguous) loop is tiled wider than 1;
     a window that is no contraction (a depthwise convolution, a pooling) walks its window loops one at
@@ -109,9 +124,9 @@ def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray) ->
     if not target.matrix_unit:
         return ok
     dots = set()
-    for i, *groups in contractions(domain):
+    for i, m, n, k in contractions(domain):
         dots.add(i)
-        for loops in map(sorted, groups):
+        for loops in map(sorted, (m, n, k) if rows_too else (k,)):
             ok &= np.count_nonzero(grid[:, loops] > 1, axis=1) <= 1
         innermost = domain.compose(i, domain.spaces[i].outputs[0].exprs[-1])
         for loop, _ in innermost.terms:

@@ -6,6 +6,7 @@ function is decorated with @triton.jit, which for generated kernels happens at b
 """
 from __future__ import annotations
 
+import math
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"
@@ -120,6 +121,21 @@ def test_tensor_core_dots_walk_k_in_pipelined_steps_with_little_padding(dtype, c
     graph = parse(f"""def f(x: {dtype}[2, {channels}, 8, 8], w: {dtype}[64, {channels}, 1, 1]) -> {dtype}[2, 64, 8, 8] {{
                         return relu(conv2d(x, w)) }}""")
     assert _k_lanes(check(graph, tf32=True)) == step
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_pointwise_convolution_takes_rows_over_several_image_rows(dtype):
+    """A 1x1 convolution on 14 x 14 images takes its dot's rows over several loops (2 images x 2 x 14 pixels
+    in 64 lanes, on wgmma) where one image row gave 16 lanes; the block loaded over them is reshaped for the
+    dot, with a residual epilogue and padded lanes masked; results match the reference."""
+    t = f"{dtype}[16, 256, 14, 14]"
+    graph = parse(f"""def f(x: {t}, r: {t}, w: {dtype}[256, 256, 1, 1]) -> {t} {{
+                        return relu(conv2d(x, w) + r) }}""")
+    fn = check(graph, tf32=True)
+    (kernel,) = [k for k in fn.program.kernels if k.domain.loops]
+    tiles = dict(kernel.tiles)
+    rows = [tiles[loop.name] for loop in kernel.domain.loops if loop.kind == "parallel" and loop.extent != 256]
+    assert sum(tile > 1 for tile in rows) >= 2 and math.prod(rows) >= 56
 
 
 def _k_lanes(fn) -> int:

@@ -122,13 +122,14 @@ def _candidate_grid(domain):
 @given(n=st.sampled_from([1, 2, 8]), c=st.sampled_from([3, 16, 64, 96]), f=st.sampled_from([16, 64, 256]),
        hw=st.sampled_from([7, 14, 28, 56]), k=st.sampled_from([1, 3]), depthwise=st.booleans())
 def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
-    """Contract of the GPU choice: a contraction's M, N and K run over one loop each, the result's
-    contiguous loop among them, and a depthwise convolution walks its window, whenever such a tiling
-    fits and feeds the tensor cores; and the chosen tiling's elements fit shared memory (a staged tile
-    holds elements, not lines)."""
+    """Contract of the GPU choice: a contraction's K runs over one loop, the result's contiguous loop is
+    tiled, and a depthwise convolution walks its window, whenever such a tiling fits and feeds the tensor
+    cores; M and N run over one loop each too, unless rows over several loops (a 1x1 convolution's 4 x 14
+    pixels) keep more SMs busy or make dots `matrix_block` wide, without a window's border mask; and the
+    chosen tiling's elements fit shared memory (a staged tile holds elements, not lines)."""
     import numpy as np
 
-    from tilegraph.passes.tiling.search import evaluate, feeds_matrix_unit, straight_operands
+    from tilegraph.passes.tiling.search import _rows_slide_a_window, evaluate, feeds_matrix_unit, straight_operands
 
     b = GraphBuilder("conv")
     f, groups = (c, c) if depthwise else (f, 1)
@@ -142,10 +143,21 @@ def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
     assert evaluate(domain, elements, chosen).working_set[0] <= gpu.onchip_bytes
     if depthwise:  # no contraction: the window is walked (its kh, kw loops one at a time)
         assert all(tiles[loop.name] == 1 for loop in domain.loops if loop.kind == "reduction")
-    if not straight_operands(domain, gpu, chosen)[0]:
-        grid = _candidate_grid(domain)
-        fits = evaluate(domain, gpu, grid).working_set <= gpu.onchip_bytes
-        assert not (fits & feeds_matrix_unit(domain, gpu, grid) & straight_operands(domain, gpu, grid)).any()
+    grid = _candidate_grid(domain)
+    costs = evaluate(domain, gpu, grid)
+    pool = (costs.working_set <= gpu.onchip_bytes) & feeds_matrix_unit(domain, gpu, grid)
+    if not straight_operands(domain, gpu, chosen, rows_too=False)[0]:
+        assert not (pool & straight_operands(domain, gpu, grid, rows_too=False)).any()
+    elif not straight_operands(domain, gpu, chosen)[0]:  # rows over several loops: they beat every straight one
+
+        def rank(tiles, parallel, straight):
+            masked = not straight and _rows_slide_a_window(domain)
+            narrow = not feeds_matrix_unit(domain, gpu, tiles[None], gpu.matrix_block)[0]
+            return -min(parallel, gpu.parallel_units), masked, narrow
+
+        mine = rank(chosen[0], evaluate(domain, gpu, chosen).parallel[0], False)
+        for j in np.flatnonzero(pool & straight_operands(domain, gpu, grid)):
+            assert mine < rank(grid[j], costs.parallel[j], True)
 
 
 def _attention_tiles(b: int, h: int, length: int, d: int, target: Target) -> tuple[int, int]:
