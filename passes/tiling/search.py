@@ -73,16 +73,16 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
     fits = np.flatnonzero(straight_k if straight_k.any() else feeds_unit if feeds_unit.any() else fitting)
     units = np.minimum(costs.parallel[fits], target.parallel_units)
     count = np.prod(np.ceil(np.array([loop.extent for loop in loops], dtype=np.float64) / grid[fits]), axis=1)
+    gathered = ~straight_operands(domain, target, grid[fits])
     if target.kind == "gpu":  # idle multiprocessors cost more than traffic that the L2 mostly serves
         narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
-        gathered = ~straight_operands(domain, target, grid[fits])
         masked = gathered & _rows_slide_a_window(domain)  # 3-D masks: no cp.async staging (sm_90 build)
         pick = fits[np.lexsort((count, costs.traffic[fits], gathered, narrow, masked, -units))[0]]
     else:
         if _busy_for_every_unit(domain, target):  # enough work: no tiling that leaves cores idle
             keep = units >= units.max()
-            fits, units, count = fits[keep], units[keep], count[keep]
-        pick = fits[np.lexsort((count, -units, costs.traffic[fits]))[0]]
+            fits, units, count, gathered = fits[keep], units[keep], count[keep], gathered[keep]
+        pick = fits[np.lexsort((count, -units, costs.traffic[fits], gathered))[0]]
     order = loop_orders(domain)[costs.order[pick]]
     return Tiling(tuple(int(t) for t in grid[pick]), full_order(domain, order), int(costs.working_set[pick]),
                   int(costs.traffic[pick]), int(costs.parallel[pick]))
