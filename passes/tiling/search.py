@@ -13,7 +13,8 @@ those, a tiling whose contractions run K over one loop (a convolution's kh, kw w
 the result's contiguous loop tiled, is kept (`straight_operands(rows_too=False)`): several K loops make a
 gathered block reshaped in registers (the ResNet block's 3x3 convolution: 255 registers and 432
 cp.async per program for K = 4 x 3 x 3 padded to 64 lanes, against 130 and 320 straight, per
-`nvdisasm` of the sm_90 build). On a GPU the choice then ranks, in order: parallelism (up to its
+`nvdisasm` of the sm_90 build). On a GPU the choice then ranks, in order: for a kernel without a dot, a
+working set within `REGISTER_TILE` (its tile lives in registers); parallelism (up to its
 multiprocessors); rows over several loops that slide a window (a 3x3 convolution's n, oh, ow: a
 block under a 3-D border mask, which the pipeliner did not stage) last; dots whose blocks are
 `matrix_block` wide a side (gpu-h100: 64); M and N over one loop each (`straight_operands`); traffic.
@@ -77,7 +78,9 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
     if target.kind == "gpu":  # idle multiprocessors cost more than traffic that the L2 mostly serves
         narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
         masked = gathered & _rows_slide_a_window(domain)  # 3-D masks: no cp.async staging (sm_90 build)
-        pick = fits[np.lexsort((count, costs.traffic[fits], gathered, narrow, masked, -units))[0]]
+        # a kernel without a dot holds its tile in registers, not shared memory
+        spills = costs.working_set[fits] > REGISTER_TILE if not any(contractions(domain)) else np.zeros(len(fits))
+        pick = fits[np.lexsort((count, costs.traffic[fits], gathered, narrow, masked, -units, spills))[0]]
     else:
         if _busy_for_every_unit(domain, target):  # enough work: no tiling that leaves cores idle
             keep = units >= units.max()
@@ -88,6 +91,10 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
                   int(costs.traffic[pick]), int(costs.parallel[pick]))
 
 
+# Working-set bytes of a GPU kernel without tl.dot that its registers hold well: MobileNetV2's depthwise
+# convolutions took 100-224 KiB tiles (the shared-memory budget), 165-255 registers a thread in the sm_90
+# build, one or two programs an SM for a memory-bound kernel
+REGISTER_TILE = 64 << 10
 BUSY_SECONDS = 1e-3  # a kernel with this much compute on one unit is tiled to keep every unit busy
 
 

@@ -160,6 +160,31 @@ def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
             assert mine < rank(grid[j], costs.parallel[j], True)
 
 
+@settings(max_examples=20, deadline=None)
+@given(n=st.sampled_from([1, 8, 32]), c=st.sampled_from([16, 96, 384]), hw=st.sampled_from([7, 14, 56, 112]),
+       rows=st.sampled_from([64, 4096]), cols=st.sampled_from([512, 2048, 8192]), dtype=st.sampled_from(["f32", "bf16"]))
+def test_gpu_kernels_without_dots_keep_tiles_registers_hold(n, c, hw, rows, cols, dtype):
+    """Contract: on a GPU, a kernel without tl.dot (a depthwise convolution with its epilogue, a softmax) takes a
+    tiling whose working set is within REGISTER_TILE whenever one fits: such a tile lives in registers, and
+    the shared-memory budget gave MobileNetV2's depthwise convolutions 255 registers a thread."""
+    import numpy as np
+
+    from tilegraph.passes.tiling.search import REGISTER_TILE, evaluate
+
+    gpu = load_target("gpu-h100")
+    b = GraphBuilder("no_dots")
+    x = b.input("x", [n, c, hw, hw], dtype)
+    w = b.param("w", [c, 1, 3, 3], dtype=dtype)
+    b.output(b.relu(b.conv2d(x, w, padding=[1, 1], groups=c)))
+    b.output(b.softmax(b.input("y", [rows, cols], dtype), axis=-1))
+    for kernel in tiled(b.graph, gpu).kernels:
+        domain, tiles = kernel.domain, dict(kernel.tiles)
+        chosen = np.array([[tiles[loop.name] for loop in domain.loops]], dtype=np.float64)
+        if evaluate(domain, gpu, chosen).working_set[0] > REGISTER_TILE:
+            grid = _candidate_grid(domain)
+            assert not (evaluate(domain, gpu, grid).working_set <= REGISTER_TILE).any()
+
+
 def _attention_tiles(b: int, h: int, length: int, d: int, target: Target) -> tuple[int, int]:
     """(query tile, key/value tile) of the attention kernel the GPU tiling gives (B, H, L, D) inputs."""
     from tilegraph.frontends.dsl import parse
