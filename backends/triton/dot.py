@@ -186,10 +186,16 @@ class DotMixin:
         self.as_block(out, plan)
         return out
 
+    def dot_dims(self, plan: DotPlan) -> tuple[int, ...]:
+        """The [batch,] M x N shape of `plan`'s dot: each group's loops flattened."""
+        size = lambda group: math.prod(self.loops[d].block for d in group)  # noqa: E731
+        return ((size(plan.bs),) if plan.bs else ()) + (size(plan.ms), size(plan.ns))
+
     def as_block(self, name: str, plan: DotPlan) -> None:
         """Reshape `name`, a [batch,] M x N result of `plan`'s dot, into a rank-R block over its loops."""
         order = list(plan.bs + plan.ms + plan.ns)
-        self.line(f"{name} = tl.reshape({name}, ({', '.join(str(self.loops[d].block) for d in order)},))")
+        if len(order) > len(self.dot_dims(plan)):  # some group spans several loops: split it
+            self.line(f"{name} = tl.reshape({name}, ({', '.join(str(self.loops[d].block) for d in order)},))")
         if order != sorted(order):
             self.line(f"{name} = tl.permute({name}, ({', '.join(str(order.index(d)) for d in sorted(order))},))")
         self.line(f"{name} = tl.reshape({name}, {self.shape(set(order))})")

@@ -32,7 +32,7 @@ from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, 
 from tilegraph.ir.templates import lowering_for
 
 from .attention import AttentionMixin
-from .dot import FMA_K, MIN_DOT, DotMixin, split_update
+from .dot import FMA_K, MIN_DOT, DotMixin, DotPlan, split_update
 from .names import NameTable, identifier, py_reserved
 from .options import TritonOptions
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
@@ -150,7 +150,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.open: list[int] = []  # reduction loops whose `for` is open
         self.flat = False  # the open reduction loops run as one flat `for` (`reduction_loops`)
         self.hoist_at, self.hoist_depth = 0, 1
-        self.acc2d: dict[Value, tuple[int, int]] = {}  # accumulators kept as 2-D [m, n] tl.dot tiles
+        self.acc2d: dict[Value, DotPlan] = {}  # accumulators kept as tl.dot's [batch,] M x N tiles
         self.masks: dict[int, str | None] = {}
         self.uses_dot = False
         inputs, outputs = kernel.inputs, kernel.outputs
@@ -368,10 +368,9 @@ class KernelEmitter(DotMixin, AttentionMixin):
             if t == "int1":  # tl.sum/max of int1 give int32: count in int32, `!= 0` when finished
                 t = "int32"
             name = self.fresh(f"{self.tensor(value)}_acc")
-            if plan is not None and plan.simple and init == 0.0:
-                (m,), (n,) = plan.ms, plan.ns
-                self.acc2d[value] = (m, n)
-                self.line(f"{name} = tl.zeros(({self.loops[m].block}, {self.loops[n].block}), dtype=tl.float32)")
+            if plan is not None and init == 0.0:  # tl.dot accumulates in place; one reshape when finished
+                self.acc2d[value] = plan
+                self.line(f"{name} = tl.zeros(({', '.join(map(str, self.dot_dims(plan)))}), dtype=tl.float32)")
             else:
                 self.line(f"{name} = tl.full({self.shape(loops)}, {start}, tl.{t})")
             self.acc[value] = Expr(name, t)
@@ -417,10 +416,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
             name = self.fresh(self.tensor(value))
             self.line(f"{name} = {cast(self.acc[value], t).code}")
             if value in self.acc2d:
-                m, n = self.acc2d[value]
-                if m > n:
-                    self.line(f"{name} = tl.trans({name})")
-                self.line(f"{name} = tl.reshape({name}, {self.shape(loops)})")
+                self.as_block(name, self.acc2d[value])
             self.env[value] = Expr(name, t)
             self.shape_of[value] = loops
             if value in self.outputs:

@@ -133,7 +133,7 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
             conv2_weight_op = tl.reshape(conv2_weight_op, (64, 16))
             v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
     v3 = v3_acc
-    v3 = tl.trans(v3)
+    v3 = tl.permute(v3, (1, 0,))
     v3 = tl.reshape(v3, (1, 16, 1, 16, 1, 1, 1))
     c2 = tl.broadcast_to((v3 + v4), (1, 16, 1, 16, 1, 1, 1))
     v5 = tl.broadcast_to(tl.maximum(c2, tl.full((1, 1, 1, 1, 1, 1, 1), 0.0, tl.float32)), (1, 16, 1, 16, 1, 1, 1))

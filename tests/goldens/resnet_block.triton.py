@@ -48,7 +48,7 @@ def kernel_k0(x_ptr, conv_bn_w_ptr, conv_bn_var_ptr, conv_bn_gamma_ptr, conv_bn_
         conv_bn_w_op = tl.load(conv_bn_w_ptr + (iv0[None, :]) * 64 + (iv3[:, None]) + (iv4[:, None]) * 12288 + (iv5[:, None]) * 4096)
         v0_acc = tl.dot(x_op, conv_bn_w_op, v0_acc, input_precision="tf32")
     v0 = v0_acc
-    v0 = tl.trans(v0)
+    v0 = tl.permute(v0, (1, 0,))
     v0 = tl.reshape(v0, (16, 1, 16, 1, 1, 1))
     v11 = tl.broadcast_to((v0 - v10), (16, 1, 16, 1, 1, 1))
     v13 = tl.broadcast_to((v11 * v12), (16, 1, 16, 1, 1, 1))
@@ -98,7 +98,7 @@ def kernel_k1(h_ptr, conv_bn_1_w_ptr, conv_bn_1_var_ptr, conv_bn_1_gamma_ptr, co
         conv_bn_1_w_op = tl.load(conv_bn_1_w_ptr + (iv0[None, :]) * 64 + (iv3[:, None]) + (iv4[:, None]) * 12288 + (iv5[:, None]) * 4096)
         v2_acc = tl.dot(h_op, conv_bn_1_w_op, v2_acc, input_precision="tf32")
     v2 = v2_acc
-    v2 = tl.trans(v2)
+    v2 = tl.permute(v2, (1, 0,))
     v2 = tl.reshape(v2, (16, 1, 16, 1, 1, 1))
     v21 = tl.broadcast_to((v2 - v20), (16, 1, 16, 1, 1, 1))
     v23 = tl.broadcast_to((v21 * v22), (16, 1, 16, 1, 1, 1))

@@ -116,7 +116,6 @@ def kernel_k4(v1_ptr, v3_ptr, v5_ptr, v8_ptr):
     o_i = tl.dot(v48_op, self_attention_v_op, o_i * tl.reshape(scale, (16, 1)), input_precision="ieee")
     m_i = m_new
     o_i = o_i / tl.reshape(l_i, (16, 1))
-    o_i = tl.reshape(o_i, (16, 32,))
     o_i = tl.reshape(o_i, (16, 1, 32, 1, 1))
     res = tl.broadcast_to(o_i.to(tl.float32), (16, 1, 32, 1, 1))
     tl.store(v8_ptr + tl.broadcast_to(zr + (ix0) * 128 + (32 * ix1 + ix2), (16, 1, 32, 1, 1)), res)
