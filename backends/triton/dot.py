@@ -116,13 +116,19 @@ class DotMixin:
         if value in self.env:  # moved in this kernel (a head split's reshape and transpose): load its source
             value, amap = self.moved_from(value) or (value, amap)
         loops = frozenset(d for e in amap.exprs for d, _ in e.terms)
-        scalars = loops - {rows[0], cols[0]}  # loops of one lane here (an implicit-GEMM conv's n, oh, kh, kw)
-        if plan.simple and value not in self.env and amap.pad in (None, 0.0) and {rows[0], cols[0]} <= loops \
-                and all(self.loops[d].block == 1 for d in scalars):
-            # a straight 2-D load feeding the dot (what the software pipeliner looks for)
-            names = {rows[0]: f"iv{rows[0]}[:, None]", cols[0]: f"iv{cols[0]}[None, :]"}
-            names.update({d: f"iv{d}[:, None]" for d in scalars})
-            masks = [f"mv{k}{names[k][len(f'iv{k}'):]}" for k in sorted(loops) if self.masks.get(k)]
+        scalars = loops - set(rows) - set(cols)  # loops of one lane here (an implicit-GEMM conv's n, oh, kh, kw)
+        bordered = (len(rows) > 1 or len(cols) > 1) and self.pad_masks(value, amap)
+        if not plan.bs and value not in self.env and amap.pad in (None, 0.0) and not bordered \
+                and set(rows + cols) <= loops and all(self.loops[d].block == 1 for d in scalars) and not self.wide:
+            # a 2-D load feeding the dot (what the software pipeliner looks for); a side over several loops
+            # (a 1x1 convolution's oh x ow rows) numbers its lanes flat and splits them by division, unless a
+            # window's border masks them too (3x3 at 7 x 7, the 7x7 stem: 255 registers, against 170 and
+            # 232 loading a block and reshaping it)
+            names, masks = {d: f"iv{d}[:, None]" for d in scalars}, []
+            for group, axis in ((rows, "[:, None]"), (cols, "[None, :]")):
+                for d, (index, mask) in self.flat_lanes(group).items():
+                    names[d] = f"{index}{axis}"
+                    masks += [f"{mask}{axis}"] if mask else []
             masks += self.pad_masks(value, amap, names)
             address = f"{self.pointer[value]} + {self.offsets(value, amap, names)}"
             text = f"{name} = tl.load({address}, mask={' & '.join(masks)}, other=0.0)" if masks \
@@ -144,6 +150,32 @@ class DotMixin:
             [str(math.prod(size[d] for d in rows)), str(math.prod(size[d] for d in cols))]
         self.line(f"{name} = tl.reshape({name}, ({', '.join(dims)}))")
         return name
+
+    def flat_lanes(self, group: tuple[int, ...]) -> dict[int, tuple[str, str | None]]:
+        """Per loop of a dot side: the names of its indices and lane mask as 1-D vectors over the side's lanes,
+        numbered row-major over the group's loops (the order `tl.reshape` gives a gathered block); a side over
+        several loops defines them (`<name>_i<k>`, `<name>_m<k>`), before the reduction loops when it can."""
+        if len(group) == 1:
+            (d,) = group
+            return {d: (f"iv{d}", f"mv{d}" if self.masks.get(d) else None)}
+        outer = not set(group) & set(self.open)
+        cache = self.outer_loads if outer else self.loads  # both operands of a gathered K share its lanes
+        if ("lanes", group) in cache:
+            return cache["lanes", group]
+        emit = self.hoisted if self.open and outer else self.line
+        lanes, out, stride = math.prod(self.loops[d].block for d in group), {}, 1
+        for d in reversed(group):
+            block = self.loops[d].block
+            lane = f"tl.arange(0, {lanes}) // {stride} % {block}" if stride > 1 else f"tl.arange(0, {lanes}) % {block}"
+            index = self.fresh(f"lane{lanes}_i{d}")
+            emit(f"{index} = {self.bases[d]} + {lane}")
+            mask = self.lane_mask(d, index, f"({lane})")
+            if mask:
+                emit(f"{index.replace('_i', '_m', 1)} = {mask}")
+            out[d] = (index, index.replace("_i", "_m", 1) if mask else None)
+            stride *= block
+        cache["lanes", group] = out
+        return out
 
     def moved_from(self, value):
         """(kernel input, its map over the kernel loops) when `value` is that input's elements moved by nodes

@@ -152,6 +152,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.hoist_at, self.hoist_depth = 0, 1
         self.acc2d: dict[Value, DotPlan] = {}  # accumulators kept as tl.dot's [batch,] M x N tiles
         self.masks: dict[int, str | None] = {}
+        self.bases: dict[int, str] = {}  # each loop's first index in this program (or reduction step)
         self.uses_dot = False
         inputs, outputs = kernel.inputs, kernel.outputs
         self.pointer = {v: self.scope.take(f"{self.tensor(v)}_ptr") for v in (*inputs, *outputs)}
@@ -224,21 +225,26 @@ class KernelEmitter(DotMixin, AttentionMixin):
     def define_loop(self, k: int, base: str) -> None:
         """`iv<k>`/`mv<k>`: the loop's lane indices and mask as 1-D vectors; `ix<k>`/`mk<k>`: rank-R views."""
         plan = self.loops[k]
+        self.bases[k] = base
         self.line(f"iv{k} = {base} + tl.arange(0, {plan.block})")
         if self.wide:
             self.line(f"iv{k} = iv{k}.to(tl.int64)")
         self.line(f"ix{k} = iv{k}{self.view(k)}")
+        mask = self.lane_mask(k, f"iv{k}", f"tl.arange(0, {plan.block})")
+        if mask:
+            self.line(f"mv{k} = {mask}")
+            self.line(f"mk{k} = mv{k}{self.view(k)}")
+        self.masks[k] = f"mk{k}" if mask else None
+
+    def lane_mask(self, k: int, index: str, lane: str) -> str | None:
+        """Which lanes of loop k are in its tile and extent, for lane numbers `lane` at loop indices `index`."""
+        plan = self.loops[k]
         parts = []
         if plan.block != plan.tile and plan.count > 1:
-            parts.append(f"(tl.arange(0, {plan.block}) < {plan.tile})")
+            parts.append(f"({lane} < {plan.tile})")
         if plan.extent % plan.tile != 0 or (plan.block != plan.tile and plan.count == 1):
-            parts.append(f"(iv{k} < {plan.extent})")
-        if parts:
-            self.line(f"mv{k} = {' & '.join(parts)}")
-            self.line(f"mk{k} = mv{k}{self.view(k)}")
-            self.masks[k] = f"mk{k}"
-        else:
-            self.masks[k] = None
+            parts.append(f"({index} < {plan.extent})")
+        return " & ".join(parts) or None
 
     def mask_of(self, loops) -> str | None:
         parts = [self.masks[k] for k in sorted(loops) if self.masks.get(k)]

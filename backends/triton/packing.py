@@ -8,7 +8,7 @@ from shared memory, so cp.async stages it in 16-byte vectors (the sm_90 build of
 block's convolutions: 4-byte copies before). `plan_layouts` picks, per parameter, the axis order its
 dot reads want: the axes of loops walked one at a time first, then its M (or N) axes, then K (an IEEE
 f32 dot's B: K, then N). A parameter that two reads want in different orders, that a layout step
-(torch) reads, or that no straight dot reads keeps its own layout. The launcher binds the permuted copy
+(torch) reads, or that no dot reads as a 2-D block keeps its own layout. The launcher binds the permuted copy
 once (`permuted`); every address the kernels compute for the parameter uses the permuted strides
 (`KernelEmitter.offsets`). Like the C++ backend's weight packs, this is how the backend lays out data it
 owns, not a decision of the Program's.
@@ -26,8 +26,8 @@ def _wanted(emitter, i: int, plan, which: int) -> tuple[Value, tuple[int, ...]] 
     is not one loop per axis)."""
     node, space = emitter.domain.nodes[i], emitter.domain.spaces[i]
     value = node.inputs[plan.args[which]]
-    if value.kind is not ValueKind.PARAM or not plan.simple:
-        return None
+    if value.kind is not ValueKind.PARAM or plan.bs or len(plan.ks) > 1 or len(plan.ms if which == 0 else plan.ns) > 1:
+        return None  # not read as a plain 2-D block (the dot's other side may span several loops)
     amap = emitter.domain.compose_map(i, space.inputs[plan.args[which]])
     if amap.pad is not None or any(len(e.terms) != 1 or e.const or e.terms[0][1] != 1 for e in amap.exprs):
         return None

@@ -25,7 +25,7 @@ from tilegraph.frontends.dsl import parse  # noqa: E402
 from tilegraph.ir.target import load_target  # noqa: E402
 from tilegraph.passes import PassManager  # noqa: E402
 
-from triton_cases import CASES, assert_same, precision_in_force  # noqa: E402
+from triton_cases import CASES, assert_same, half_precision, precision_in_force  # noqa: E402
 
 H100 = load_target("gpu-h100")
 BIG_MATMUL = "def f(a: f16[4096, 4096], c: f16[4096, 4096]) -> f16[4096, 4096] { return a @ c }"
@@ -118,8 +118,31 @@ def test_any_matmul_shape_gets_fitting_variants(m, n, k):
 # ----- variant code in the interpreter ----------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["matmul_epilogue", "batch_matmul", "conv_relu", "attention", "matmul_f16"])
 def test_every_variant_computes_the_same_result(name):
-    graph = parse(CASES[name])
-    fn = tilegraph.compile(graph, target="triton")
+    assert _variants_match_the_reference(parse(CASES[name])) >= 2, "some kernel has variants"
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.data())
+def test_every_variant_of_a_random_convolution_computes_the_same_result(data):
+    """Block-size variants over random convolutions (stride, padding, dilation, 1x1 to 3x3, tails): the rows
+    of a variant's dot may span several loops (batch x oh x ow lanes numbered flat, or a gathered block
+    under a window's border mask), its K one or several, and every one matches the reference."""
+    n, c, f = data.draw(st.integers(1, 3)), data.draw(st.sampled_from([16, 24, 40])), data.draw(st.sampled_from([16, 48]))
+    k = data.draw(st.sampled_from([1, 3]))
+    stride, dilation = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    pad = data.draw(st.integers(0, k // 2 * dilation))
+    hw = data.draw(st.integers(dilation * (k - 1) + 1, 11))
+    dtype = data.draw(st.sampled_from(["f32", "bf16"]))
+    out = (hw + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    graph = parse(f"""def f(x: {dtype}[{n}, {c}, {hw}, {hw}], w: {dtype}[{f}, {c}, {k}, {k}]) -> {dtype}[{n}, {f}, {out}, {out}] {{
+        return relu(conv2d(x, w, stride=[{stride}, {stride}], padding=[{pad}, {pad}], dilation=[{dilation}, {dilation}]))
+    }}""")
+    _variants_match_the_reference(graph, tf32=True)
+
+
+def _variants_match_the_reference(graph, **options) -> int:
+    """Run every block-size variant of every dot kernel against the reference; how many ran."""
+    fn = tilegraph.compile(graph, target="triton", **options)
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
     state = tuner.state_of(fn)
@@ -130,10 +153,11 @@ def test_every_variant_computes_the_same_result(name):
         proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target)
         for variant, function, grid in tuner.variant_functions(fn, position, source, proposed):
             tuner.install(fn, state, source, function, grid)
-            assert_same(fn(*inputs), want, [v.type for v in graph.outputs], precision_in_force(fn))
+            assert_same(fn(*inputs), want, [v.type for v in graph.outputs], max(half_precision(graph),
+                                                                                 precision_in_force(fn)))
             tried += 1
         tuner.install(fn, state, source)
-    assert tried >= 2, "some kernel has variants"
+    return tried
 
 
 def test_a_variant_launch_replaces_the_function_and_its_grid():
