@@ -117,13 +117,13 @@ class DotMixin:
             value, amap = self.moved_from(value) or (value, amap)
         loops = frozenset(d for e in amap.exprs for d, _ in e.terms)
         scalars = loops - set(rows) - set(cols)  # loops of one lane here (an implicit-GEMM conv's n, oh, kh, kw)
-        bordered = (len(rows) > 1 or len(cols) > 1) and self.pad_masks(value, amap)
+        bordered = len(plan.ks) > 1 and self.pad_masks(value, amap)
         if not plan.bs and value not in self.env and amap.pad in (None, 0.0) and not bordered \
                 and set(rows + cols) <= loops and all(self.loops[d].block == 1 for d in scalars) and not self.wide:
             # a 2-D load feeding the dot (what the software pipeliner looks for); a side over several loops
-            # (a 1x1 convolution's oh x ow rows) numbers its lanes flat and splits them by division, unless a
-            # window's border masks them too (3x3 at 7 x 7, the 7x7 stem: 255 registers, against 170 and
-            # 232 loading a block and reshaping it)
+            # (a convolution's n x oh x ow rows) numbers its lanes flat and splits them by division, unless
+            # a window's border masks a K over several loops (the 7x7 stem's c x kh x kw: 255 registers
+            # flat, 217 loading a block and reshaping it, in the sm_90 build)
             names, masks = {d: f"iv{d}[:, None]" for d in scalars}, []
             for group, axis in ((rows, "[:, None]"), (cols, "[None, :]")):
                 for d, (index, mask) in self.flat_lanes(group).items():

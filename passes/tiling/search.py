@@ -15,11 +15,11 @@ gathered block reshaped in registers (the ResNet block's 3x3 convolution: 255 re
 cp.async per program for K = 4 x 3 x 3 padded to 64 lanes, against 130 and 320 straight, per
 `nvdisasm` of the sm_90 build). On a GPU the choice then ranks, in order: for a kernel without a dot, a
 working set within `REGISTER_TILE` (its tile lives in registers); parallelism (up to its
-multiprocessors); rows over several loops that slide a window (a 3x3 convolution's n, oh, ow: a
-block under a 3-D border mask, which the pipeliner did not stage) last; dots whose blocks are
-`matrix_block` wide a side (gpu-h100: 64); M and N over one loop each (`straight_operands`); traffic.
-Width before straightness: ResNet-50's 1x1 convolutions at 14 x 14 took one image row, 16 lanes on
-mma.sync, re-reading all their weights per 14 pixels; now 4 x 14 pixels on wgmma. Width before traffic:
+multiprocessors); dots whose blocks are `matrix_block` wide a side (gpu-h100: 64); M and N over one
+loop each (`straight_operands`); traffic. Width before straightness: ResNet-50's convolutions at
+14 x 14 took one image row, 16 lanes on mma.sync, re-reading all their weights per 14 pixels; now
+rows over several images and image rows, on wgmma (the Triton backend loads such a side as one 2-D
+block, its lanes numbered flat). Width before traffic:
 the traffic model alone gave ViT's 197-token attention 16 query rows a program, too few for wgmma.
 """
 from __future__ import annotations
@@ -77,10 +77,9 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
     gathered = ~straight_operands(domain, target, grid[fits])
     if target.kind == "gpu":  # idle multiprocessors cost more than traffic that the L2 mostly serves
         narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
-        masked = gathered & _rows_slide_a_window(domain)  # 3-D masks: no cp.async staging (sm_90 build)
         # a kernel without a dot holds its tile in registers, not shared memory
         spills = costs.working_set[fits] > REGISTER_TILE if not any(contractions(domain)) else np.zeros(len(fits))
-        pick = fits[np.lexsort((count, costs.traffic[fits], gathered, narrow, masked, -units, spills))[0]]
+        pick = fits[np.lexsort((count, costs.traffic[fits], gathered, narrow, -units, spills))[0]]
     else:
         if _busy_for_every_unit(domain, target):  # enough work: no tiling that leaves cores idle
             keep = units >= units.max()
@@ -105,18 +104,6 @@ def _busy_for_every_unit(domain: KernelDomain, target: Target) -> bool:
     if not target.peak_flops:
         return False
     return sum(node.flops() for node in domain.nodes) * target.parallel_units / target.peak_flops >= BUSY_SECONDS
-
-
-def _rows_slide_a_window(domain: KernelDomain) -> bool:
-    """Whether some contraction's M loops index an operand axis together with a reduction loop (a
-    convolution's oh + kh): such rows taken over several loops load a block under a 3-D border mask."""
-    for i, m, _, k in contractions(domain):
-        for amap in domain.spaces[i].inputs[:2]:
-            for expr in domain.compose_map(i, amap).exprs:
-                loops = {loop for loop, _ in expr.terms}
-                if loops & m and loops & k:
-                    return True
-    return False
 
 
 def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, rows_too: bool = True) -> np.ndarray:

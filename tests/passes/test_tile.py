@@ -124,12 +124,12 @@ def _candidate_grid(domain):
 def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
     """Contract of the GPU choice: a contraction's K runs over one loop, the result's contiguous loop is
     tiled, and a depthwise convolution walks its window, whenever such a tiling fits and feeds the tensor
-    cores; M and N run over one loop each too, unless rows over several loops (a 1x1 convolution's 4 x 14
-    pixels) keep more SMs busy or make dots `matrix_block` wide, without a window's border mask; and the
+    cores; M and N run over one loop each too, unless rows over several loops (a convolution's 4 x 14
+    pixels) keep more SMs busy or make dots `matrix_block` wide; and the
     chosen tiling's elements fit shared memory (a staged tile holds elements, not lines)."""
     import numpy as np
 
-    from tilegraph.passes.tiling.search import _rows_slide_a_window, evaluate, feeds_matrix_unit, straight_operands
+    from tilegraph.passes.tiling.search import evaluate, feeds_matrix_unit, straight_operands
 
     b = GraphBuilder("conv")
     f, groups = (c, c) if depthwise else (f, 1)
@@ -150,14 +150,13 @@ def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
         assert not (pool & straight_operands(domain, gpu, grid, rows_too=False)).any()
     elif not straight_operands(domain, gpu, chosen)[0]:  # rows over several loops: they beat every straight one
 
-        def rank(tiles, parallel, straight):
-            masked = not straight and _rows_slide_a_window(domain)
+        def rank(tiles, parallel):
             narrow = not feeds_matrix_unit(domain, gpu, tiles[None], gpu.matrix_block)[0]
-            return -min(parallel, gpu.parallel_units), masked, narrow
+            return -min(parallel, gpu.parallel_units), narrow
 
-        mine = rank(chosen[0], evaluate(domain, gpu, chosen).parallel[0], False)
+        mine = rank(chosen[0], evaluate(domain, gpu, chosen).parallel[0])
         for j in np.flatnonzero(pool & straight_operands(domain, gpu, grid)):
-            assert mine < rank(grid[j], costs.parallel[j], True)
+            assert mine < rank(grid[j], costs.parallel[j])
 
 
 @settings(max_examples=20, deadline=None)
