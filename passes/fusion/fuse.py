@@ -9,7 +9,8 @@ Greedy, in three rounds, each merge checked the same way:
 A merge is legal when the merged group is still a DAG node in the kernel graph (no cycle), its
 loops align (`domain.kernel_domain`), it has at most one contraction/window (two would recompute
 one per tile of the other), no contraction's reduction loop has to stay whole, and no row kept
-whole on chip exceeds `max_full_elements`. It is taken when it saves traffic and any recompute it
+whole on chip exceeds `max_full_elements`, and every result leaving the kernel runs over all its
+parallel loops (else each tile of the others writes it again). It is taken when it saves traffic and any recompute it
 causes (nodes that do not run over all the kernel's parallel loops) costs less than the traffic
 saved at the machine balance `flops_per_byte`. Nodes are never duplicated.
 """
@@ -362,6 +363,9 @@ class _Fuser:
             return refuse(problem)
         if sibling and not self.shares_tile(domain, via, a, b):
             return refuse(f"they read %{via.name} through different maps: no tile of it is shared")
+        repeated = self.repeated_output(domain, merged)
+        if repeated is not None:
+            return refuse(repeated)
         saved = io_bytes(a) + io_bytes(b) - io_bytes(merged)
         before = {}
         for g in (ga, gb):
@@ -382,6 +386,21 @@ class _Fuser:
             reason += f"; recompute {flops} flops < {saved} bytes x {options.flops_per_byte:g} flops/byte"
         self.record(rule, True, a, b, via, reason, saved, flops, recomputed)
         return True
+
+    @staticmethod
+    def repeated_output(domain: KernelDomain, nodes: list[Node]) -> str | None:
+        """Why the merged kernel would write some result more than once, or None: a node whose result leaves
+        the kernel but does not run over all its parallel loops is stored again by every tile of those
+        (Llama's rotary embedding merged its q and k halves through the shared cos table: q written 64
+        times, k 32). A value of one element (a constant) is exempt."""
+        for value in Kernel("_", tuple(nodes)).outputs:
+            i = domain.index(value.producer)
+            missing = domain.missing_parallel(i)
+            if missing and value.type.numel > 1:
+                loops = ", ".join(domain.loops[d].name for d in missing)
+                return (f"%{value.name} leaves the kernel but does not run over loops {loops}: every tile of "
+                        "them would write it again")
+        return None
 
     @staticmethod
     def shares_tile(domain: KernelDomain, value, a: list[Node], b: list[Node]) -> bool:

@@ -99,6 +99,10 @@ def split_stages(domain: KernelDomain) -> list[tuple[Node, ...]]:
         carried = frozenset().union(*[pending[j] for j in producers if stage[j] == s]) if producers else frozenset()
         stage.append(s)
         pending.append(carried | reduces)
+    for i, node in enumerate(domain.nodes):  # a constant joins its first reader's piece, not the first piece
+        readers = [stage[position[u]] for v in node.results for u in v.users if u in position]
+        if not node.inputs and readers:
+            stage[i] = min(readers)
     return [tuple(n for n, s in zip(domain.nodes, stage) if s == k) for k in sorted(set(stage))]
 
 

@@ -207,6 +207,22 @@ def test_siblings_share_their_input():
     assert len(fused(b.graph, "{siblings=false}").kernels) == 2
 
 
+def test_siblings_that_would_write_a_result_once_per_tile_of_the_other_stay_apart():
+    """Llama's rotary embedding: q [2, 8 heads, 16, 32] and k [2, 2 heads, 16, 32] both multiply one cos
+    table. Merged, their loops share only tokens and features, so every tile of k's heads would write q again
+    (and of q's heads, k): the merge is refused, and each kernel's results run over all its loops."""
+    b = GraphBuilder("rope")
+    q, k, cos = b.input("q", [2, 8, 16, 32]), b.input("k", [2, 2, 16, 32]), b.input("cos", [1, 1, 16, 32])
+    b.output(b.mul(b.exp(q), cos), b.mul(b.exp(k), cos))
+    program = fused(b.graph)
+    assert len(program.kernels) == 2
+    assert any("every tile of them would write it again" in d.reason for d in program.notes["fusion"]
+               if not d.accepted)
+    for kernel in program.kernels:
+        for value in kernel.outputs:
+            assert not kernel.domain.missing_parallel(kernel.domain.index(value.producer))
+
+
 def test_prologue_recompute_follows_the_cost_model():
     b = GraphBuilder("pro")
     x, w = b.input("x", [64, 32]), b.param("w", [32, 512])
@@ -346,4 +362,8 @@ def test_fusion_partitions_without_cycles_or_hidden_recompute(graph):
         for i, node in enumerate(domain.nodes):
             if domain.spaces[i] is not None and domain.missing_parallel(i):
                 assert node.name in allowed, f"%{node.name} is recomputed per tile without a decision"
+        for value in kernel.outputs:  # written once: its producer runs over every parallel loop
+            i = domain.index(value.producer)
+            assert value.type.numel == 1 or domain.spaces[i] is None or not domain.missing_parallel(i), \
+                f"%{value.name} would be written by every tile of loops it does not run over"
     assert len(program.kernels) == len({k.name for k in program.kernels})

@@ -184,6 +184,19 @@ def test_gpu_kernels_without_dots_keep_tiles_registers_hold(n, c, hw, rows, cols
             assert not (evaluate(domain, gpu, grid).working_set <= REGISTER_TILE).any()
 
 
+def test_a_split_kernel_keeps_its_constants_with_their_readers():
+    """A matmul + residual + layer norm kept whole does not fit, so it splits after the matmul; the norm's eps
+    constant goes with the norm, not with the first piece (which wrote it out for the second to read)."""
+    from tilegraph.frontends.dsl import parse
+
+    graph = parse("""def f(x: f32[512, 768], r: f32[512, 768], s: f32[768], t: f32[768]) -> f32[512, 768] {
+        param w: f32[768, 768]
+        return layer_norm(x @ w + r, s, t, eps=1e-5) }""")
+    first, second = tiled(graph, "gpu-h100").kernels
+    assert [n.op for n in first.nodes] == ["matmul"] and "constant" in [n.op for n in second.nodes]
+    assert [v.producer.op for v in first.outputs] == ["matmul"]
+
+
 def _attention_tiles(b: int, h: int, length: int, d: int, target: Target) -> tuple[int, int]:
     """(query tile, key/value tile) of the attention kernel the GPU tiling gives (B, H, L, D) inputs."""
     from tilegraph.frontends.dsl import parse
