@@ -166,13 +166,14 @@ class DotMixin:
         lanes, out, stride = math.prod(self.loops[d].block for d in group), {}, 1
         for d in reversed(group):
             block = self.loops[d].block
-            lane = f"tl.arange(0, {lanes}) // {stride} % {block}" if stride > 1 else f"tl.arange(0, {lanes}) % {block}"
+            lane = f"tl.arange(0, {lanes})" + (f" // {stride}" if stride > 1 else "") + f" % {block}"
             index = self.fresh(f"lane{lanes}_i{d}")
             emit(f"{index} = {self.bases[d]} + {lane}")
-            mask = self.lane_mask(d, index, f"({lane})")
+            mask, mask_name = self.lane_mask(d, index, f"({lane})"), None
             if mask:
-                emit(f"{index.replace('_i', '_m', 1)} = {mask}")
-            out[d] = (index, index.replace("_i", "_m", 1) if mask else None)
+                mask_name = self.fresh(f"lane{lanes}_m{d}")
+                emit(f"{mask_name} = {mask}")
+            out[d] = (index, mask_name)
             stride *= block
         cache["lanes", group] = out
         return out

@@ -107,8 +107,9 @@ def _busy_for_every_unit(domain: KernelDomain, target: Target) -> bool:
 
 
 def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, rows_too: bool = True) -> np.ndarray:
-    """Per candidate tiling: on a target with a matrix unit, every contraction's M, N and K groups have at
-    most one loop tiled wider than 1, and its result's innermost (contiguous) loop is tiled wider than 1;
+    """Per candidate tiling: on a target with a matrix unit, every contraction's M, N and K groups (with
+    `rows_too` False, its K group only) have at most one loop tiled wider than 1, and its result's
+    innermost (contiguous) loop is tiled wider than 1;
     a window that is no contraction (a depthwise convolution, a pooling) walks its window loops one at
     a time (elsewhere every tiling is). The second keeps stores, and the loads of the operand sharing
     that loop, coalesced: a 1x1 convolution at 7x7 would otherwise run M over the batch, one element per

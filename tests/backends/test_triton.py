@@ -118,8 +118,8 @@ def test_tensor_core_dots_walk_k_in_pipelined_steps_with_little_padding(dtype, c
     """A dot on tensor cores walks K at most TENSOR_K lanes a step, so the pipeliner has steps to overlap (a
     1x1 convolution over 512 channels took them in one block), and takes the widest step that pads K by at most
     K_PADDING (144 channels: 5 steps of 32, not 256 lanes at once; 24 stay one step of 32); results match."""
-    graph = parse(f"""def f(x: {dtype}[2, {channels}, 8, 8], w: {dtype}[64, {channels}, 1, 1]) -> {dtype}[2, 64, 8, 8] {{
-                        return relu(conv2d(x, w)) }}""")
+    x, w, y = f"{dtype}[2, {channels}, 8, 8]", f"{dtype}[64, {channels}, 1, 1]", f"{dtype}[2, 64, 8, 8]"
+    graph = parse(f"def f(x: {x}, w: {w}) -> {y} {{ return relu(conv2d(x, w)) }}")
     assert _k_lanes(check(graph, tf32=True)) == step
 
 

@@ -161,7 +161,8 @@ def test_gpu_convolutions_prefer_straight_operands(n, c, f, hw, k, depthwise):
 
 @settings(max_examples=20, deadline=None)
 @given(n=st.sampled_from([1, 8, 32]), c=st.sampled_from([16, 96, 384]), hw=st.sampled_from([7, 14, 56, 112]),
-       rows=st.sampled_from([64, 4096]), cols=st.sampled_from([512, 2048, 8192]), dtype=st.sampled_from(["f32", "bf16"]))
+       rows=st.sampled_from([64, 4096]), cols=st.sampled_from([512, 2048, 8192]),
+       dtype=st.sampled_from(["f32", "bf16"]))
 def test_gpu_kernels_without_dots_keep_tiles_registers_hold(n, c, hw, rows, cols, dtype):
     """Contract: on a GPU, a kernel without tl.dot (a depthwise convolution with its epilogue, a softmax) takes a
     tiling whose working set is within REGISTER_TILE whenever one fits: such a tile lives in registers, and
