@@ -226,17 +226,17 @@ def matrix_groups(domain: KernelDomain) -> list[tuple[frozenset[int], frozenset[
 
 
 def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, side: int = 0) -> np.ndarray:
-    """Per candidate tiling: every contraction's M, N and K tiles reach `side` (default: the target's
-    matrix unit), or the whole extent where smaller. A GPU runs a tile in a power-of-two block (Triton's),
-    so a 14-wide tile fills a 16-wide unit; at least half of the padded lanes must be the tile's."""
+    """Per candidate tiling: every contraction's M, N and K tiles reach the target's matrix unit, M and N
+    also `side` (wgmma takes 16 of K a step, whatever its M), or the whole extent where smaller. A GPU runs
+    a tile in a power-of-two block (Triton's), so a 14-wide tile fills a 16-wide unit; at least half of
+    the padded lanes must be the tile's."""
     ok = np.ones(grid.shape[0], dtype=bool)
     if not target.matrix_unit:
         return ok
-    side = max(side, target.matrix_unit)
     extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
     lanes = 2.0 ** np.ceil(np.log2(grid)) if target.kind == "gpu" else grid
     for group in matrix_groups(domain):
-        for loops in map(sorted, group):
+        for loops, least in zip(map(sorted, group), (max(side, target.matrix_unit),) * 2 + (target.matrix_unit,)):
             useful, padded = np.prod(grid[:, loops], axis=1), np.prod(lanes[:, loops], axis=1)
-            ok &= (padded >= min(side, np.prod(extents[loops]))) & (2 * useful >= padded)
+            ok &= (padded >= min(least, np.prod(extents[loops]))) & (2 * useful >= padded)
     return ok

@@ -15,7 +15,7 @@ gathered block reshaped in registers (the ResNet block's 3x3 convolution: 255 re
 cp.async per program for K = 4 x 3 x 3 padded to 64 lanes, against 130 and 320 straight, per
 `nvdisasm` of the sm_90 build). On a GPU the choice then ranks, in order: for a kernel without a dot, a
 working set within `REGISTER_TILE` (its tile lives in registers); parallelism (up to its
-multiprocessors); dots whose blocks are `matrix_block` wide a side (gpu-h100: 64); M and N over one
+multiprocessors); dots whose M and N blocks are `matrix_block` wide (gpu-h100: 64); M and N over one
 loop each (`straight_operands`); traffic. Width before straightness: ResNet-50's convolutions at
 14 x 14 took one image row, 16 lanes on mma.sync, re-reading all their weights per 14 pixels; now
 rows over several images and image rows, on wgmma (the Triton backend loads such a side as one 2-D

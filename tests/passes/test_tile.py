@@ -198,6 +198,25 @@ def test_a_split_kernel_keeps_its_constants_with_their_readers():
     assert [v.producer.op for v in first.outputs] == ["matmul"]
 
 
+def test_a_patch_embedding_takes_wide_rows_over_short_k_steps():
+    """ViT's patch embedding (16 x 16 kernel = stride, 3 channels) walks K 16 a step (one kernel row), which
+    wgmma takes whatever its M: its rows still reach `matrix_block`. Asking K for 64 too made every wide
+    tiling narrow, and the patch rows ran 16 at a time on mma.sync."""
+    import math
+
+    from tilegraph.ir.tile_model import matrix_groups
+
+    b = GraphBuilder("patches")
+    x, w = b.input("x", [32, 3, 224, 224], "bf16"), b.param("w", [768, 3, 16, 16], dtype="bf16")
+    b.output(b.conv2d(x, w, stride=[16, 16]))
+    gpu = load_target("gpu-h100")
+    (kernel,) = tiled(b.graph, gpu).kernels
+    tiles = dict(kernel.tiles)
+    (m, n, k), = matrix_groups(kernel.domain)
+    lanes = lambda group: math.prod(1 << (tiles[kernel.domain.loops[d].name] - 1).bit_length() for d in group)  # noqa: E731
+    assert lanes(m) >= gpu.matrix_block and lanes(n) >= gpu.matrix_block and lanes(k) < gpu.matrix_block
+
+
 def _attention_tiles(b: int, h: int, length: int, d: int, target: Target) -> tuple[int, int]:
     """(query tile, key/value tile) of the attention kernel the GPU tiling gives (B, H, L, D) inputs."""
     from tilegraph.frontends.dsl import parse
