@@ -6,7 +6,8 @@ the loops a kernel's `tl.dot`s run over: per loop the tile model's grid (`tile_m
 thinned by `tile_model.thin`), kept where every dot still gets at least 16 lanes per side, at most 256
 rows/columns and 128 of K, an accumulator that fits the registers and operand blocks whose pipeline
 stages fit shared memory; ranked as the tiling pass ranks them on a GPU (tilings that leave SMs idle
-last, then those with dots narrower than the target's `matrix_block`, then by off-chip traffic), and half the picks kept for "straight" tilings (one loop per dot side, so operands load as plain
+last, then those with dots narrower than the target's `matrix_block`), then those whose last wave leaves
+many SMs idle (`ragged`), then by off-chip traffic, and half the picks kept for "straight" tilings (one loop per dot side, so operands load as plain
 2-D blocks: for a convolution, n, oh, kh and kw walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function (`Kernel.with_tiles`; GROUP_M, the row tiles per
 launch group of a tiled matmul, as given). The Program's own tiling is always variant 0.
 """
@@ -35,6 +36,7 @@ MAX_ACC = 128 * 256  # f32 accumulator elements of one program (8 warps: 128 reg
 STAGES = 3  # pipeline stages the shared-memory check allows for
 GRID_LIMIT = 512  # tilings tried per kernel before the model ranks them
 GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling of a grouped matmul
+WAVE_FILL = 0.75  # variants whose waves are fuller than this are timed first
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,12 @@ def dot_loops(kernel: Kernel, options: TritonOptions | None = None) -> tuple[int
     return tuple(sorted(loops))
 
 
+def ragged(programs: int, units: int) -> bool:
+    """Whether the launch's last wave (one program an SM) leaves more than 1 - WAVE_FILL of the waves' slots
+    idle: ViT's MLP-down matmul at 128 x 256 is 150 programs on 132 SMs, two waves 57% full."""
+    return programs / (math.ceil(programs / units) * units) < WAVE_FILL
+
+
 def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
                  options: TritonOptions | None = None) -> list[Variant]:
     """The Program's tiling, then up to `limit - 1` other tilings of the dot loops that `fits` allows,
@@ -128,8 +136,12 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
     loops = dot_loops(kernel, options)
     if not loops:
         return []
+    # sizes under MIN_DOT only fit a group of several loops; dropping them first keeps thinning from dropping
+    # 128 (ViT's MLP-down matmul was offered 64 and 256 rows, not 128)
     grids = [[t for t in candidates(domain.loops[k].extent, domain.loops[k].kind)
               if t <= (MAX_K if domain.loops[k].kind == REDUCTION else MAX_MN)] for k in loops]
+    if math.prod(map(len, grids)) > GRID_LIMIT:
+        grids = [[t for t in grid if t >= MIN_DOT] or grid for grid in grids]
     grids = thin(grids, GRID_LIMIT)
     seen = {dot_shape(kernel, options)}
     kept: list[tuple[Variant, Shape]] = []
@@ -150,6 +162,7 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
         wide = feeds_matrix_unit(domain, target, array, target.matrix_block)
         units = target.parallel_units or 132
         order = sorted(range(len(kept)), key=lambda j: (kept[j][1].programs < units, not wide[j],
+                                                        ragged(kept[j][1].programs, units),
                                                         float(costs.traffic[j]), kept[j][0].tiles))
         ranked = [kept[j] for j in order]
         # half the picks (at least) among tilings whose dots load plain 2-D blocks (a conv with n, oh, kh,
