@@ -8,6 +8,7 @@ take the precision of the build's options (`options.TritonOptions`: TF32 where t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tilegraph.ir.structured import PARALLEL, Arg, Call
@@ -20,6 +21,16 @@ MIN_DOT = 16  # tl.dot needs every dimension >= 16 on the GPU
 # Inductor's f32 matmul configurations take 32 too
 FMA_K = 32
 GROUP_M = 8  # row tiles per launch group in tiled matmuls (L2 reuse)
+
+
+def row_major(flat: str, sizes: Sequence[int]) -> list[str]:
+    """Expressions splitting the flat index `flat` of nested loops of `sizes` (the last innermost) into each
+    loop's own index, by div and mod."""
+    out = []
+    for position, size in enumerate(sizes):
+        stride = math.prod(sizes[position + 1:])
+        out.append(flat + (f" // {stride}" if stride > 1 else "") + (f" % {size}" if position else ""))
+    return out
 
 
 def split_update(body):
@@ -163,10 +174,9 @@ class DotMixin:
         if ("lanes", group) in cache:
             return cache["lanes", group]
         emit = self.hoisted if self.open and outer else self.line
-        lanes, out, stride = math.prod(self.loops[d].block for d in group), {}, 1
-        for d in reversed(group):
-            block = self.loops[d].block
-            lane = f"tl.arange(0, {lanes})" + (f" // {stride}" if stride > 1 else "") + f" % {block}"
+        blocks = [self.loops[d].block for d in group]
+        lanes, out = math.prod(blocks), {}
+        for d, lane in zip(group, row_major(f"tl.arange(0, {lanes})", blocks)):
             index = self.fresh(f"lane{lanes}_i{d}")
             emit(f"{index} = {self.bases[d]} + {lane}")
             mask, mask_name = self.lane_mask(d, index, f"({lane})"), None
@@ -174,7 +184,6 @@ class DotMixin:
                 mask_name = self.fresh(f"lane{lanes}_m{d}")
                 emit(f"{mask_name} = {mask}")
             out[d] = (index, mask_name)
-            stride *= block
         cache["lanes", group] = out
         return out
 
@@ -255,4 +264,4 @@ class DotMixin:
         return None
 
 
-__all__ = ["DotPlan", "DotMixin", "split_update", "MIN_DOT", "GROUP_M"]
+__all__ = ["DotPlan", "DotMixin", "row_major", "split_update", "MIN_DOT", "GROUP_M"]

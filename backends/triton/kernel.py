@@ -32,7 +32,7 @@ from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, 
 from tilegraph.ir.templates import lowering_for
 
 from .attention import AttentionMixin
-from .dot import FMA_K, MIN_DOT, DotMixin, DotPlan, split_update
+from .dot import FMA_K, MIN_DOT, DotMixin, DotPlan, row_major, split_update
 from .names import NameTable, identifier, py_reserved
 from .options import TritonOptions
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
@@ -499,9 +499,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
             counts = [self.loops[k].count for k in loops]
             self.line(f"for rt in range(0, {math.prod(counts)}):")
             self.depth += 1
-            for position, k in enumerate(loops):  # rt walks the loops in nested order, the last innermost
-                stride = math.prod(counts[position + 1:])
-                step = (f"rt // {stride}" if stride > 1 else "rt") + (f" % {counts[position]}" if position else "")
+            for k, step in zip(loops, row_major("rt", counts)):  # rt walks the loops in nested order
                 self.line(f"rb{k} = ({step}) * {self.loops[k].tile}")
             for k in loops:
                 self.define_loop(k, f"rb{k}")

@@ -122,13 +122,13 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
             ix5 = iv5[None, None, None, None, None, :, None]
             mv5 = (iv5 < 5)
             mk5 = mv5[None, None, None, None, None, :, None]
-            lane64_i6 = 0 + tl.arange(0, 64) % 8
-            lane64_m6 = (lane64_i6 < 5)
+            lane64_i4 = rb4 + tl.arange(0, 64) // 32
             lane64_i5 = rb5 + tl.arange(0, 64) // 8 % 4
             lane64_m5 = (lane64_i5 < 5)
-            lane64_i4 = rb4 + tl.arange(0, 64) // 32 % 2
-            p1_op = tl.load(p1_ptr + (iv0[:, None]) * 1176 + (lane64_i4[None, :]) * 196 + (iv2[:, None] + lane64_i5[None, :]) * 14 + (iv3[:, None] + lane64_i6[None, :]), mask=mv3[:, None] & lane64_m6[None, :] & lane64_m5[None, :], other=0.0)
-            conv2_weight_op = tl.load(conv2_weight_ptr + (iv1[None, :]) * 150 + (lane64_i4[:, None]) * 25 + (lane64_i5[:, None]) * 5 + (lane64_i6[:, None]), mask=lane64_m6[:, None] & lane64_m5[:, None], other=0.0)
+            lane64_i6 = 0 + tl.arange(0, 64) % 8
+            lane64_m6 = (lane64_i6 < 5)
+            p1_op = tl.load(p1_ptr + (iv0[:, None]) * 1176 + (lane64_i4[None, :]) * 196 + (iv2[:, None] + lane64_i5[None, :]) * 14 + (iv3[:, None] + lane64_i6[None, :]), mask=mv3[:, None] & lane64_m5[None, :] & lane64_m6[None, :], other=0.0)
+            conv2_weight_op = tl.load(conv2_weight_ptr + (iv1[None, :]) * 150 + (lane64_i4[:, None]) * 25 + (lane64_i5[:, None]) * 5 + (lane64_i6[:, None]), mask=lane64_m5[:, None] & lane64_m6[:, None], other=0.0)
             v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
     v3 = v3_acc
     v3 = tl.permute(v3, (1, 0,))
