@@ -7,9 +7,11 @@ Off-chip tiles are counted in whole transfer lines (cache lines, DMA bursts) per
 
 - working set: every access's footprint, off-chip ones times `target.buffers` (double buffering),
   in whole lines unless the tile memory holds elements only (`Target.holds_elements`: a GPU). On a
-  GPU, internal values that a reduction step makes afresh count once per map (the largest): an
-  attention's scores, scaled, masked and exponentiated at each key/value step, live in registers one
-  at a time, and counting each kept Llama's 128-wide heads to 16 query rows a program;
+  GPU only tiles a reduction step streams are held twice (a dot's operands; its result and its
+  epilogue's operands move once per tile), and internal values that a reduction step makes afresh
+  count once per map (the largest): an attention's scores, scaled, masked and exponentiated at each
+  key/value step, live in registers one at a time, and counting each kept Llama's 128-wide heads to 16
+  query rows a program. A GPU's accumulators must also fit its registers (`accumulators_fit`);
 - traffic: loops run in an order (parallel loops, then reduction loops innermost); an off-chip
   tile is (re)loaded or stored whenever a loop it depends on advances, and also when any loop
   outside its innermost such loop advances (it was evicted in between). So an access depending on
@@ -108,7 +110,10 @@ def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray,
             working += footprint(access, tiles)
         else:
             size = footprint(access, tiles, target.line_bytes)
-            working += target.buffers * (footprint(access, tiles) if target.holds_elements else size)
+            # on a GPU only the tiles a reduction step streams are staged; one loaded or stored once per
+            # tile (a dot's result, an epilogue's operand, attention's queries) is held once
+            copies = 1 if target.holds_elements and reductions and not access.loops & reductions else target.buffers
+            working += copies * (footprint(access, tiles) if target.holds_elements else size)
             if counted is None or access.value.name in counted:
                 offchip.append((access, size))
     working += sum(steps.values(), np.zeros(tiles.shape[0]))
@@ -223,6 +228,26 @@ def matrix_groups(domain: KernelDomain) -> list[tuple[frozenset[int], frozenset[
     """The (M, N, K) kernel-loop groups of each two-operand contraction (matmul: i / j / k; conv2d as an
     implicit GEMM: n, oh, ow / f / c, kh, kw)."""
     return [(m, n, k) for _, m, n, k in contractions(domain)]
+
+
+def accumulator_limit(target: Target) -> int:
+    """The f32 accumulator elements one GPU program keeps in registers: half its block's register file (at
+    8 warps, 128 x 256 is 128 registers a thread; tl.dot needs the rest for operands and addresses)."""
+    return target.registers_per_block // 2
+
+
+def accumulators_fit(domain: KernelDomain, target: Target, grid: np.ndarray) -> np.ndarray:
+    """Per candidate tiling: on a GPU, the kernel's contraction result blocks (power-of-two lanes), which are
+    live together (attention's scores and output), fit `accumulator_limit`. The shared-memory budget bounds
+    only what is staged there; a larger accumulator spills registers."""
+    if target.kind != "gpu" or not target.registers_per_block:
+        return np.ones(grid.shape[0], dtype=bool)
+    lanes = 2.0 ** np.ceil(np.log2(grid))
+    total = np.zeros(grid.shape[0])
+    for i, _, _, _ in contractions(domain):
+        loops = sorted({d for e in domain.compose_map(i, domain.spaces[i].outputs[0]).exprs for d, _ in e.terms})
+        total += np.prod(lanes[:, loops], axis=1)
+    return total <= accumulator_limit(target)
 
 
 def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, side: int = 0) -> np.ndarray:

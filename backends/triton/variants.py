@@ -24,7 +24,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.target import Target, load_target
-from tilegraph.ir.tile_model import candidates, evaluate, feeds_matrix_unit, thin
+from tilegraph.ir.tile_model import accumulator_limit, candidates, evaluate, feeds_matrix_unit, thin
 
 from .dot import GROUP_M, MIN_DOT
 from .kernel import KernelEmitter, KernelSource
@@ -32,7 +32,6 @@ from .options import TritonOptions
 
 MAX_MN = 256  # rows / columns of one tl.dot block
 MAX_K = 128
-MAX_ACC = 128 * 256  # f32 accumulator elements of one program (8 warps: 128 registers a thread)
 STAGES = 3  # pipeline stages the shared-memory check allows for
 GRID_LIMIT = 512  # tilings tried per kernel before the model ranks them
 GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling of a grouped matmul
@@ -97,8 +96,9 @@ def dot_shape(kernel: Kernel, options: TritonOptions | None = None) -> Shape | N
 def fits(shape: Shape, target: Target) -> bool:
     """Every dot at least MIN_DOT per side and within the block limits; accumulator and staged operands fit."""
     smem = target.shared_memory_per_block or 232448
+    acc = accumulator_limit(target) or 128 * 256
     for (m, n, k), stage in zip(shape.dots, shape.stage_bytes):
-        if min(m, n, k) < MIN_DOT or m > MAX_MN or n > MAX_MN or k > MAX_K or m * n > MAX_ACC:
+        if min(m, n, k) < MIN_DOT or m > MAX_MN or n > MAX_MN or k > MAX_K or m * n > acc:
             return False
         if stage * STAGES > smem:
             return False

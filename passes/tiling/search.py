@@ -8,7 +8,8 @@ parallel loops, counted up to the target's parallel units), then takes the fewes
 least per-tile overhead); on a CPU, a kernel with BUSY_SECONDS of compute on one unit first drops the
 tilings that leave units idle. On a target with a matrix unit (a GPU's tensor cores), a contraction's
 tile must give the unit at least `matrix_unit` rows, columns and reduction depth (or the whole
-extent, if smaller), whenever some fitting tiling does: a narrower tile runs on scalar cores. Among
+extent, if smaller), whenever some fitting tiling does: a narrower tile runs on scalar cores; a GPU
+tiling's accumulators must fit half its registers (`tile_model.accumulators_fit`). Among
 those, a tiling whose contractions run K over one loop (a convolution's kh, kw walked one at a time),
 the result's contiguous loop tiled, is kept (`straight_operands(rows_too=False)`): several K loops make a
 gathered block reshaped in registers (the ResNet block's 3x3 convolution: 255 registers and 432
@@ -32,8 +33,8 @@ from tilegraph.ir.ops.registry import WINDOW
 from tilegraph.ir.target import Target
 
 from tilegraph.ir.domain import FULL, KernelDomain
-from tilegraph.ir.tile_model import (candidates, contractions, evaluate, feeds_matrix_unit, loop_orders,
-                                     matrix_groups, thin)
+from tilegraph.ir.tile_model import (accumulators_fit, candidates, contractions, evaluate, feeds_matrix_unit,
+                                     loop_orders, matrix_groups, thin)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
     grid = np.stack(np.meshgrid(*[np.array(c, dtype=np.float64) for c in cands], indexing="ij"), -1)
     grid = grid.reshape(-1, len(loops))
     costs = evaluate(domain, target, grid)
-    fitting = costs.working_set <= budget
+    fitting = (costs.working_set <= budget) & accumulators_fit(domain, target, grid)
     if not fitting.any():
         return None
     feeds_unit = fitting & feeds_matrix_unit(domain, target, grid)

@@ -242,6 +242,59 @@ def test_gpu_attention_blocks_are_as_wide_as_the_tensor_cores_run_best(heads, le
     assert heads[0] * heads[1] * length // q >= gpu.parallel_units  # no SM left idle for it
 
 
+@settings(max_examples=30, deadline=None)
+@given(m=st.sampled_from([256, 4096, 6304]), n=st.sampled_from([768, 4096, 11008]),
+       k=st.sampled_from([768, 4096, 11008]), epilogue=st.sampled_from(["none", "bias", "gate"]),
+       dtype=st.sampled_from(["f32", "bf16"]), heads=st.sampled_from([0, 16]))
+def test_gpu_accumulators_fit_the_registers(m, n, k, epilogue, dtype, heads):
+    """Every GPU tiling's contraction results, live together (attention's scores and output), fit
+    `accumulator_limit`; the shared-memory budget alone let a 256 x 128 score block beside its 256 x 64 output
+    (a spill) once a dot's result no longer counted twice in it."""
+    import numpy as np
+
+    from tilegraph.frontends.dsl import parse
+    from tilegraph.ir.tile_model import accumulator_limit, accumulators_fit, contractions
+
+    gpu = load_target("gpu-h100")
+    assert accumulator_limit(gpu) == 128 * 256  # 8 warps: 128 registers a thread
+    if heads:  # attention over (1, heads, m, 64)
+        t = f"{dtype}[1, {heads}, {m}, 64]"
+        source = f"def f(q: {t}, k: {t}, v: {t}) -> {t} {{ return attention(q, k, v) }}"
+    else:
+        out = {"none": "x @ w", "bias": "x @ w + b", "gate": "silu(x @ w) * u"}[epilogue]
+        source = (f"def f(x: {dtype}[{m}, {k}], w: {dtype}[{k}, {n}], b: {dtype}[{n}], u: {dtype}[{m}, {n}]) "
+                  f"-> {dtype}[{m}, {n}] {{ return {out} }}")
+    for kernel in tiled(parse(source), "gpu-h100").kernels:
+        sizes = kernel.tile_sizes()
+        row = np.array([[sizes[loop.name] for loop in kernel.domain.loops]], dtype=np.float64)
+        assert not any(contractions(kernel.domain)) or accumulators_fit(kernel.domain, gpu, row)[0]
+
+
+def test_a_gpu_holds_a_dot_result_and_its_epilogue_operands_once():
+    """On a GPU only what a reduction step streams is double-buffered (a dot's operands); its result and
+    its epilogue's operands move once per tile. Counted twice, Llama's gated MLP product (silu(x @ w) * u,
+    4096 x 11008 x 4096 in bf16) fitted only 64 x 128 blocks, where its up projection took 128 x 256."""
+    import numpy as np
+
+    from tilegraph.frontends.dsl import parse
+    from tilegraph.ir.tile_model import footprint
+
+    t = "bf16[4096, 11008]"
+    graph = parse(f"def f(x: bf16[4096, 4096], w: {t}, u: {t}) -> {t} {{ return silu(x @ w) * u }}")
+    program = tiled(graph, "gpu-h100")
+    (kernel,), (report,) = program.kernels, program.notes["tiling"]
+    domain, sizes = kernel.domain, kernel.tile_sizes()
+    assert sizes["d0"] >= 128 and sizes["d1"] >= 128
+    row = np.array([[sizes[loop.name] for loop in domain.loops]], dtype=np.float64)
+    reductions = {i for i, loop in enumerate(domain.loops) if loop.kind == "reduction"}
+    held = {"internal": 1, "once": 1, "streamed": 2}
+    kinds = {a: "internal" if a.role == "internal" else "streamed" if a.loops & reductions else "once"
+             for a in domain.accesses}
+    assert sorted(a.value.name for a, kind in kinds.items() if kind == "once") == \
+        sorted(["u", graph.outputs[0].name])
+    assert report.working_set == sum(held[kind] * footprint(a, row)[0] for a, kind in kinds.items())
+
+
 def test_without_a_matrix_block_attention_takes_narrow_query_tiles():
     """The rule above is what moves the tiles: without it, ViT's 197-token attention took 16 query rows a
     program (a dot too narrow for wgmma), all 197 keys at once."""
