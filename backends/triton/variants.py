@@ -24,7 +24,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.program import Kernel
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.target import Target, load_target
-from tilegraph.ir.tile_model import accumulator_limit, candidates, evaluate, feeds_matrix_unit, thin
+from tilegraph.ir.tile_model import accumulator_limit, candidates, evaluate, feeds_matrix_unit, ragged, thin
 
 from .dot import GROUP_M, MIN_DOT
 from .kernel import KernelEmitter, KernelSource
@@ -35,7 +35,6 @@ MAX_K = 128
 STAGES = 3  # pipeline stages the shared-memory check allows for
 GRID_LIMIT = 512  # tilings tried per kernel before the model ranks them
 GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling of a grouped matmul
-WAVE_FILL = 0.75  # variants whose waves are fuller than this are timed first
 
 
 @dataclass(frozen=True)
@@ -114,12 +113,6 @@ def dot_loops(kernel: Kernel, options: TritonOptions | None = None) -> tuple[int
         if plan is not None:
             loops |= set(plan.ms) | set(plan.ns) | set(plan.ks)
     return tuple(sorted(loops))
-
-
-def ragged(programs: int, units: int) -> bool:
-    """Whether the launch's last wave (one program an SM) leaves more than 1 - WAVE_FILL of the waves' slots
-    idle: ViT's MLP-down matmul at 128 x 256 is 150 programs on 132 SMs, two waves 57% full."""
-    return programs / (math.ceil(programs / units) * units) < WAVE_FILL
 
 
 def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,

@@ -17,7 +17,9 @@ cp.async per program for K = 4 x 3 x 3 padded to 64 lanes, against 130 and 320 s
 `nvdisasm` of the sm_90 build). On a GPU the choice then ranks, in order: for a kernel without a dot, a
 working set within `REGISTER_TILE` (its tile lives in registers); parallelism (up to its
 multiprocessors); dots whose M and N blocks are `matrix_block` wide (gpu-h100: 64); M and N over one
-loop each (`straight_operands`); traffic. Width before straightness: ResNet-50's convolutions at
+loop each (`straight_operands`); for a wide dot tile that keeps its SM to itself (over half the budget), a
+last wave at least `tile_model.WAVE_FILL` full (`ragged`: ViT's MLP-down matmul took 128 x 256, 150
+programs on 132 SMs, two waves 57% full; now 128 x 128, three waves 76% full); traffic. Width before straightness: ResNet-50's convolutions at
 14 x 14 took one image row, 16 lanes on mma.sync, re-reading all their weights per 14 pixels; now
 rows over several images and image rows, on wgmma (the Triton backend loads such a side as one 2-D
 block, its lanes numbered flat). Width before traffic:
@@ -34,7 +36,7 @@ from tilegraph.ir.target import Target
 
 from tilegraph.ir.domain import FULL, KernelDomain
 from tilegraph.ir.tile_model import (accumulators_fit, candidates, contractions, evaluate, feeds_matrix_unit,
-                                     loop_orders, matrix_groups, thin)
+                                     loop_orders, matrix_groups, ragged, thin)
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,11 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
         narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
         # a kernel without a dot holds its tile in registers, not shared memory
         spills = costs.working_set[fits] > REGISTER_TILE if not any(contractions(domain)) else np.zeros(len(fits))
-        pick = fits[np.lexsort((count, costs.traffic[fits], gathered, narrow, -units, spills))[0]]
+        # a wide dot tile keeping its SM to itself runs in waves of one program an SM: a last wave mostly idle
+        alone = ~narrow & (2 * costs.working_set[fits] > target.onchip_bytes) & bool(any(contractions(domain)))
+        idle = alone & (costs.parallel[fits] > target.parallel_units) & ragged(costs.parallel[fits],
+                                                                               target.parallel_units)
+        pick = fits[np.lexsort((count, costs.traffic[fits], idle, gathered, narrow, -units, spills))[0]]
     else:
         if _busy_for_every_unit(domain, target):  # enough work: no tiling that leaves cores idle
             keep = units >= units.max()

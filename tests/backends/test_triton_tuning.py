@@ -93,12 +93,15 @@ def test_attention_tries_wider_key_value_tiles():
 
 
 def test_variants_that_fill_their_waves_are_timed_first():
-    """ViT's MLP-down matmul at batch 32 (6304 x 3072 x 768): the Program's 128 x 256 tiles are 150 programs on
-    132 SMs, a second wave 14% full. The first alternative fills its waves at least WAVE_FILL: 128 x 128, which the
-    candidate grid's thinning had dropped (it kept 64 and 256)."""
+    """ViT's MLP-down matmul at batch 32 (6304 x 3072 x 768) tiled 128 x 256 (as the Program did before it ranked
+    wave fill) is 150 programs on 132 SMs, a second wave 14% full. The first alternative fills its waves at least
+    WAVE_FILL: 128 x 128, which the candidate grid's thinning had dropped (it kept 64 and 256)."""
     kernel = dot_kernel("def f(x: bf16[6304, 3072], w: bf16[3072, 768]) -> bf16[6304, 768] { return x @ w }")
+    rows, cols = (loop.name for loop in kernel.domain.loops if loop.kind == "parallel")
+    kernel = kernel.with_tiles(tuple((n, {rows: 128, cols: 256}.get(n, t)) for n, t in kernel.tiles))
     first, second = variants.dot_variants(kernel, H100)[:2]
     shapes = [variants.dot_shape(kernel.with_tiles(v.tiles)) for v in (first, second)]
+    assert shapes[0].dots[0][:2] == (128, 256)
     assert variants.ragged(shapes[0].programs, H100.parallel_units)
     assert not variants.ragged(shapes[1].programs, H100.parallel_units)
     assert shapes[1].dots[0][:2] == (128, 128)
