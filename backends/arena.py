@@ -6,6 +6,12 @@ first-fit plan: a tensor lives from the kernel that writes it to the last kernel
 and tensors whose lives do not intersect share bytes. Sizes come from the backend (`size_of`),
 since backends store some dtypes differently (C++ holds bf16 in a float, Triton in 2 bytes).
 
+A backend that binds tensors to storage at run time (`views=True`, Triton) makes a kernel that only
+reshapes a tensor a view of it (`view_sources`): a row-major reshape keeps the bytes in their order,
+so the result shares its source's bytes (whose life then runs to the view's last reader) and nothing is
+copied; GPT-2's qkv split, a [rows, 2304] -> [batch, tokens, 2304] reshape between the projection and
+attention, copied 36 MiB a layer at batch 32.
+
 A backend that can copy between steps (`copies=True`, the C++ backend) executes any memory plan
 whose offsets are aligned: the arena is the plan's scratchpad, spills and reloads are `Copy`s to
 and from a far pool behind it, and tensors the plan streams live in the far pool throughout.
@@ -58,6 +64,7 @@ class Arena:
     copies: tuple[Copy, ...] = ()
     streamed: frozenset[Value] = frozenset()
     refused: str = ""  # why a memory plan was not executed, when there was one
+    views: dict[Value, Value] = field(default_factory=dict)  # a reshape's result -> the tensor whose bytes it shares
 
     @property
     def total(self) -> int:
@@ -84,13 +91,30 @@ def arena_values(program: Program, kernels: Sequence[Kernel], exclude: frozenset
     return [v for k in kernels for v in k.outputs if v not in outputs]
 
 
-def lifetimes(kernels: Sequence[Kernel], values: Sequence[Value]) -> dict[Value, tuple[int, int]]:
-    """Per value: (step writing it, last step reading it), steps being positions in `kernels`."""
+def view_sources(program: Program, kernels: Sequence[Kernel]) -> dict[Value, Value]:
+    """Results of kernels that only reshape a tensor (not graph outputs, which get tensors of their own) ->
+    the tensor whose bytes they share (through a chain of such reshapes, the first)."""
+    outputs = set(program.graph.outputs)
+    views: dict[Value, Value] = {}
+    for kernel in kernels:
+        if len(kernel.nodes) == 1 and kernel.nodes[0].op == "reshape" and kernel.nodes[0].result not in outputs:
+            source = kernel.nodes[0].inputs[0]
+            views[kernel.nodes[0].result] = views.get(source, source)
+    return views
+
+
+def lifetimes(kernels: Sequence[Kernel], values: Sequence[Value],
+              views: dict[Value, Value] | None = None) -> dict[Value, tuple[int, int]]:
+    """Per value: (step writing it, last step reading it or a view of it), steps being positions in `kernels`."""
     step_of = {node: t for t, k in enumerate(kernels) for node in k.nodes}
+    readers: dict[Value, list] = {v: list(v.users) for v in values}
+    for view, source in (views or {}).items():
+        if source in readers:
+            readers[source] += view.users
     out = {}
     for v in values:
         start = step_of[v.producer]
-        end = max((step_of[u] for u in v.users if u in step_of), default=start)
+        end = max((step_of[u] for u in readers[v] if u in step_of), default=start)
         out[v] = (start, max(start, end))
     return out
 
@@ -136,12 +160,14 @@ def first_fit(values: Sequence[Value], life: dict[Value, tuple[int, int]], size_
 
 
 def plan_arena(program: Program, kernels: Sequence[Kernel], size_of: SizeOf = natural_size,
-               exclude: frozenset[Value] = frozenset(), copies: bool = False) -> Arena:
+               exclude: frozenset[Value] = frozenset(), copies: bool = False, views: bool = False) -> Arena:
     """Arena offsets for the kernels in execution order; `exclude`: values that live elsewhere
-    (folded at load time); `copies`: the backend executes spills, reloads and streamed tensors."""
-    values = arena_values(program, kernels, exclude)
-    life = lifetimes(kernels, values)
+    (folded at load time); `copies`: the backend executes spills, reloads and streamed tensors; `views`: the
+    backend makes reshapes views (`view_sources`; not under a memory plan, which placed every tensor)."""
     plan = program.memory_plan
+    shared = view_sources(program, kernels) if views and plan is None else {}
+    values = [v for v in arena_values(program, kernels, exclude) if v not in shared]
+    life = lifetimes(kernels, values, shared)
     source, refused = "liveness", ""
     if plan is not None and copies:
         executed = execute_plan(plan, kernels, values, life, size_of)
@@ -155,7 +181,7 @@ def plan_arena(program: Program, kernels: Sequence[Kernel], size_of: SizeOf = na
     if offsets is None:
         offsets = first_fit(values, life, size_of)
     size = max((o + align(max(size_of(v.type), 1)) for v, o in offsets.items()), default=0)
-    return Arena(offsets, size, source, refused=refused)
+    return Arena(offsets, size, source, refused=refused, views=shared)
 
 
 def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life: dict[Value, tuple[int, int]],
@@ -222,4 +248,5 @@ def execute_plan(plan, kernels: Sequence[Kernel], values: Sequence[Value], life:
     return Arena(offsets, align(plan.capacity), source, far, far_size, copies, streamed_here)
 
 
-__all__ = ["ALIGN", "Arena", "Copy", "align", "execute_plan", "arena_values", "first_fit", "lifetimes", "natural_size", "plan_arena"]
+__all__ = ["ALIGN", "Arena", "Copy", "align", "execute_plan", "arena_values", "first_fit", "lifetimes", "natural_size",
+           "plan_arena", "view_sources"]

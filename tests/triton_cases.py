@@ -122,6 +122,15 @@ CASES = {
                           transpose(reshape(v, shape=[2, 24, 3, 16]), perm=[0, 2, 1, 3]))
         return reshape(transpose(o, perm=[0, 2, 1, 3]), shape=[2, 40, 48])
     }""",
+    # GPT-2's qkv split: the projection's rows reshaped to [batch, tokens] once, then sliced into heads; the
+    # lone reshape between the projection and attention is a view of the projection's bytes
+    "packed_qkv": """def f(x: f32[24, 16], w: f32[16, 48], b: f32[48]) -> f32[2, 12, 16] {
+        let qkv = reshape(x @ w + b, shape=[2, 12, 48])
+        let q = transpose(reshape(slice(qkv, start=[0, 0, 0], stop=[2, 12, 16]), shape=[2, 12, 2, 8]), perm=[0, 2, 1, 3])
+        let k = transpose(reshape(slice(qkv, start=[0, 0, 16], stop=[2, 12, 32]), shape=[2, 12, 2, 8]), perm=[0, 2, 1, 3])
+        let v = transpose(reshape(slice(qkv, start=[0, 0, 32], stop=[2, 12, 48]), shape=[2, 12, 2, 8]), perm=[0, 2, 1, 3])
+        return reshape(transpose(attention(q, k, v), perm=[0, 2, 1, 3]), shape=[2, 12, 16])
+    }""",
     "conv_relu": """def f(x: f32[2, 3, 11, 11], w: f32[16, 3, 3, 3]) -> f32[2, 16, 9, 9] {
         return relu(conv2d(x, w))
     }""",

@@ -16,7 +16,8 @@ A kernel equal to an earlier one up to names (the same layer repeated) is not em
 `kernel_k17 = kernel_k5` binds it to the first, so Triton compiles it once. `STEPS` lists the steps
 in Program order; the runtime passes each the tensors it reads (its
 arguments after `arena`) and keeps what it returns under the names it binds. Layout kernels (reshape, concat, gather) are data movement,
-done with torch in their step. Helpers appear only where a kernel calls them. The text depends only
+done with torch in their step; a kernel that only reshapes an intermediate is a view of its bytes
+(`arena.view_sources`), not a copy. Helpers appear only where a kernel calls them. The text depends only
 on the Program, so the same Program always gives the same source.
 """
 from __future__ import annotations
@@ -133,7 +134,7 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     graph = program.graph
     names, _ = tensor_names(program)
     functions = kernel_functions(program)
-    arena = plan_arena(program, program.kernels)
+    arena = plan_arena(program, program.kernels, views=True)
     layouts = plan_layouts(program, options)
     kernels: list[str] = []
     steps: list[str] = []
@@ -151,7 +152,10 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
         io.append((reads, writes))
         steps.append(f"def {step}({', '.join([*STEP_ARGS, *(names[v] for v in reads)])}):")
         steps.append(f"    # kernel {mangle(kernel.name, prefix='')} ({kernel.kind}): {ops}")
-        if not domain.structured:
+        if kernel.outputs[0] in arena.views:  # a reshape: a view of its input's bytes, no copy
+            steps.append(f"    {names[kernel.outputs[0]]} = {_layout_expr(kernel, names)}")
+            sources.append(None)
+        elif not domain.structured:
             steps.extend(_layout_step(kernel, names, arena))
             sources.append(None)
         else:

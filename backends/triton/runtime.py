@@ -177,7 +177,9 @@ class TritonProgram(CompiledProgram):
         lines = [f"  arena {arena.size} B for {len(arena.offsets)} intermediates (offsets from {arena.source})"]
         for position, (kernel, source) in enumerate(zip(self.program.kernels, self.generated.kernels)):
             if source is None:
-                lines.append(f"  {kernel.name}: layout step (torch)")
+                view = arena.views.get(kernel.outputs[0])
+                lines.append(f"  {kernel.name}: " + (f"view of %{view.name} (reshape, no copy)" if view is not None
+                                                     else "layout step (torch)"))
                 continue
             blocks = " ".join(f"{p.kind[0]}{p.tile}/{p.block}" for p in source.loops)
             warps, stages = self.configs[position]

@@ -6,8 +6,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from strategies import graphs
 
-from tilegraph.backends.arena import ALIGN, first_fit, lifetimes, natural_size, plan_arena
-from tilegraph.frontends.dsl import parse_file
+from tilegraph.backends.arena import ALIGN, first_fit, lifetimes, natural_size, plan_arena, view_sources
+from tilegraph.frontends.dsl import parse, parse_file
 from tilegraph.ir.types import DType
 from tilegraph.passes import PassManager
 
@@ -20,7 +20,7 @@ def wide_bf16(value_type) -> int:
 
 
 def assert_live_tensors_apart(program, arena, size_of) -> None:
-    life = lifetimes(program.kernels, list(arena.offsets))
+    life = lifetimes(program.kernels, list(arena.offsets), arena.views)
     items = list(arena.offsets.items())
     for a, offset in items:
         assert offset % ALIGN == 0 and offset + size_of(a.type) <= arena.size
@@ -42,12 +42,31 @@ def test_lenet_reuses_bytes_of_dead_tensors():
 @given(graphs(max_nodes=8))
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 def test_live_tensors_never_share_bytes(graph):
+    """Also with reshapes made views: a view's source stays live until the view's last reader."""
     program = PassManager("canonicalize,fuse,tile{target=cpu}").run(graph)
-    for size_of in (natural_size, wide_bf16):
-        arena = plan_arena(program, program.kernels, size_of=size_of)
+    for size_of, views in ((natural_size, False), (wide_bf16, False), (natural_size, True)):
+        arena = plan_arena(program, program.kernels, size_of=size_of, views=views)
         outputs = set(program.graph.outputs)
-        assert set(arena.offsets) == {v for k in program.kernels for v in k.outputs if v not in outputs}
+        assert arena.views == (view_sources(program, program.kernels) if views else {})
+        assert set(arena.offsets) == {v for k in program.kernels for v in k.outputs if v not in outputs} - \
+            set(arena.views)
         assert_live_tensors_apart(program, arena, size_of)
+
+
+def test_a_reshape_made_a_view_keeps_its_source_live_until_its_readers():
+    graph = parse("""def f(x: f32[16, 32], w: f32[32, 32]) -> f32[16, 32] {
+        a = x @ w
+        b = reshape(a, shape=[32, 16])
+        return reshape(b * 2.0, shape=[16, 32]) @ w
+    }""")
+    program = PassManager("canonicalize,fuse,tile{target=cpu}").run(graph)
+    views = view_sources(program, program.kernels)
+    assert len(views) == 2 and ("b", "a") in {(v.name, s.name) for v, s in views.items()}
+    (source,) = [s for v, s in views.items() if v.name == "b"]
+    step = {node: t for t, k in enumerate(program.kernels) for node in k.nodes}
+    last = max(step[u] for v, s in views.items() if s is source for u in v.users)
+    assert lifetimes(program.kernels, [source])[source][1] < last
+    assert lifetimes(program.kernels, [source], views)[source][1] == last
 
 
 def test_offsets_come_from_a_memory_plan_that_keeps_tensors_in_place():
