@@ -131,6 +131,16 @@ CASES = {
         let v = transpose(reshape(slice(qkv, start=[0, 0, 32], stop=[2, 12, 48]), shape=[2, 12, 2, 8]), perm=[0, 2, 1, 3])
         return reshape(transpose(attention(q, k, v), perm=[0, 2, 1, 3]), shape=[2, 12, 16])
     }""",
+    # Llama's rotary embedding: q * cos + rotate_half(q) * sin, rotate_half = concat(-q2, q1); the concat
+    # (a select between padded reads) is one kernel with the multiply-add after it
+    "rotary": """def f(q: f32[2, 3, 5, 8], c: f32[5, 8], s: f32[5, 8]) -> f32[2, 3, 5, 8] {
+        let half = concat(neg(slice(q, start=[0, 0, 0, 4], stop=[2, 3, 5, 8])), slice(q, start=[0, 0, 0, 0], stop=[2, 3, 5, 4]), axis=3)
+        return q * c + half * s
+    }""",
+    # five operands: more than a structured concat reads (CONCAT_READS), so a copy of its own
+    "concat_many": """def f(a: f32[3, 2], b: f32[3, 5], c: f32[3, 1], d: f32[3, 4], e: f32[3, 3]) -> f32[3, 15] {
+        return relu(concat(a, b, c, d, e, axis=1)) * 2.0
+    }""",
     "conv_relu": """def f(x: f32[2, 3, 11, 11], w: f32[16, 3, 3, 3]) -> f32[2, 16, 9, 9] {
         return relu(conv2d(x, w))
     }""",

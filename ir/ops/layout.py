@@ -1,12 +1,12 @@
-"""Layout ops. transpose, broadcast_to and slice are affine (they have iteration spaces);
-reshape, concat and gather are not, and passes treat them as data movement."""
+"""Layout ops. transpose, broadcast_to, slice and concat (of a few operands) are affine (they have
+iteration spaces); reshape and gather are not, and passes treat them as data movement."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from ..structured import PARALLEL, AffineExpr, AffineMap, Arg, IterationSpace
+from ..structured import PARALLEL, AffineExpr, AffineMap, Arg, Index, IterationSpace, call
 from ..types import TensorType, normalize_axis
 from .elementwise import broadcast_map
 from .registry import LAYOUT, AttrSpec, OpDef, register, same_dtype
@@ -148,10 +148,33 @@ def _concat_infer(in_types, attrs):
     return first.with_shape(first.shape[:axis] + (size,) + first.shape[axis + 1:])
 
 
+# A concat of at most this many operands is structured: every output element reads each operand (masked
+# outside it) and selects one, so it fuses with what reads it; a wider one stays a copy.
+CONCAT_READS = 4
+
+
+def _concat_space(ins, attrs, result):
+    """Operand j read at the output's index less its offset along the axis (zero outside it, a padded
+    read), the value taken from the operand whose range holds the index (a select, not a sum: -0.0 + 0
+    would lose the sign)."""
+    if len(ins) > CONCAT_READS:
+        return None
+    axis, rank = attrs["axis"], result.rank
+    starts = [0]
+    for t in ins[:-1]:
+        starts.append(starts[-1] + t.shape[axis])
+    maps = tuple(AffineMap(tuple(AffineExpr.dim(d) + (-start if d == axis else 0) for d in range(rank)), 0.0)
+                 for start in starts)
+    body = Arg(len(ins) - 1)
+    for j in reversed(range(len(ins) - 1)):
+        body = call("select", call("lt", Index(axis), starts[j + 1]), Arg(j), body)
+    return IterationSpace(result.shape, (PARALLEL,) * rank, maps, (AffineMap.identity(rank),), (body,), (None,))
+
+
 register(OpDef(
     name="concat", category=LAYOUT, arity=(1, 64), attrs=(AttrSpec("axis", "int", 0),),
     doc="join operands along axis",
-    normalize_fn=_concat_normalize, infer_fn=_concat_infer,
+    normalize_fn=_concat_normalize, infer_fn=_concat_infer, space_fn=_concat_space,
     reference_fn=lambda a, attrs, r: np.concatenate(a, axis=attrs["axis"]),
 ))
 

@@ -99,6 +99,26 @@ def test_random_f16_and_bf16_graphs_round_like_the_reference(data):
     check_backend(fast_build, graph, TINY, data.draw(graph_inputs(graph)))
 
 
+def test_a_concat_fuses_with_what_reads_it_and_a_wide_one_is_a_copy():
+    """A concat of up to CONCAT_READS operands selects between padded reads inside the kernel reading it (Llama's
+    rotary embedding, ViT's class token with the position embedding); one of more operands is a copy."""
+    rotary = parse("""def f(q: f32[2, 3, 5, 8], c: f32[5, 8], s: f32[5, 8]) -> f32[2, 3, 5, 8] {
+        let half = concat(neg(slice(q, start=[0, 0, 0, 4], stop=[2, 3, 5, 8])), slice(q, start=[0, 0, 0, 0], stop=[2, 3, 5, 4]), axis=3)
+        return q * c + half * s
+    }""")
+    tokens = parse("""def f(cls: f32[2, 1, 6], x: f32[2, 4, 6], pos: f32[1, 5, 6]) -> f32[2, 5, 6] {
+        return concat(cls, x, axis=1) + pos
+    }""")
+    many = parse("""def f(a: f32[3, 2], b: f32[3, 5], c: f32[3, 1], d: f32[3, 4], e: f32[3, 3]) -> f32[3, 15] {
+        return relu(concat(a, b, c, d, e, axis=1)) * 2.0
+    }""")
+    for graph, fused in ((rotary, True), (tokens, True), (many, False)):
+        for target in (TINY, CPU):
+            compiled = check_backend(fast_build, graph, target)
+            (kernel,) = [k for k in compiled.program.kernels if any(n.op == "concat" for n in k.nodes)]
+            assert (len(kernel.nodes) > 1) == fused
+
+
 # ----- hand-written schedules: ragged tiles, carried reductions, flash attention ---------------------
 def test_ragged_tiles_with_a_carried_reduction_and_an_epilogue():
     b = GraphBuilder("mm")

@@ -181,6 +181,30 @@ def test_repeated_layers_with_permuted_weights_share_one_function():
     assert fn.source.count("def kernel_") == 1 and " = kernel_" in fn.source, "the second layer aliases the first"
 
 
+@pytest.mark.parametrize("tiny", [False, True])
+def test_a_concat_is_one_kernel_with_what_reads_it_and_keeps_signed_zeros(tiny):
+    """Llama's rotary embedding: the concat of rotate_half selects between padded reads, fused with the
+    multiply-add after it (over ragged tiles too); a select, so -0.0 stays -0.0. A concat of more operands
+    than CONCAT_READS is a torch copy of its own."""
+    graph = parse(CASES["rotary"])
+    inputs = reference.random_inputs(graph)
+    inputs[0][..., ::3] = -0.0
+    inputs[2][...] = 1.0
+    fn = check(graph, inputs, tiny=tiny)
+    (kernel,) = [k for k in fn.program.kernels if any(n.op == "concat" for n in k.nodes)]
+    assert [n.op for n in kernel.nodes] == ["concat", "mul", "mul", "add"]
+    assert fn.generated.kernels[fn.program.kernels.index(kernel)] is not None  # a Triton kernel, not torch.cat
+    q, c = inputs[0], inputs[1]
+    half = np.concatenate([-q[..., 4:], q[..., :4]], axis=-1)
+    got = np.asarray(fn(*inputs)[0])
+    zeros = (q * c == 0) & (half == 0)
+    assert np.array_equal(np.signbit(got[zeros]), np.signbit((q * c + half)[zeros]))
+
+    many = check(parse(CASES["concat_many"]))
+    (lone,) = [k for k in many.program.kernels if any(n.op == "concat" for n in k.nodes)]
+    assert len(lone.nodes) == 1 and many.generated.kernels[many.program.kernels.index(lone)] is None
+
+
 def test_a_lone_reshape_between_kernels_is_a_view_not_a_copy():
     """GPT-2's qkv split: the projection's [rows, 3 x width] result reshaped to [batch, tokens, 3 x width] is a
     kernel of its own (the attention kernel slices it), which copied 36 MiB a layer at batch 32. It is a view

@@ -23,9 +23,10 @@ from tilegraph.frontends.dsl import parse, parse_file  # noqa: E402
 
 from triton_cases import CASES, EXAMPLES  # noqa: E402
 
-LAYOUT = """def f(x: f32[6, 8], y: f32[6, 4], w: f32[24, 16]) -> (f32[3, 16], f32[6, 12]) {
-    let c = concat(x, y, axis=1)
-    return reshape(relu(c), shape=[3, 24]) @ w, c * 2.0
+# a concat of more operands than a structured one reads (CONCAT_READS): a torch step
+LAYOUT = """def f(x: f32[6, 8], y: f32[6, 4], w: f32[64, 16]) -> (f32[3, 16], f32[6, 32]) {
+    let c = concat(x, y, x, y, x, axis=1)
+    return reshape(relu(c), shape=[3, 64]) @ w, c * 2.0
 }"""
 
 
