@@ -17,6 +17,7 @@ import numpy as np
 from tilegraph.ir.builder import GraphBuilder
 from tilegraph.ir.graph import Graph, Node, Value, ValueKind
 from tilegraph.ir.index_values import index_only
+from tilegraph.ir.ops.layout import concat_windows
 from tilegraph.ir.ops.linalg import conv_padding_end
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
@@ -361,7 +362,7 @@ def _conv2d(graph: Graph, node: Node) -> Value | None:
     `padding` / `padding_end`. The padded copy is never made (MobileNetV2's "same" padding: 36)."""
     x = node.inputs[0]
     concat = x.producer
-    if concat is None or concat.op != "concat" or concat.attrs["axis"] % 4 not in (2, 3):
+    if concat is None or concat.op != "concat" or concat.attrs["axis"] % 4 not in (2, 3) or concat.attrs["starts"]:
         return None
     pieces = list(concat.inputs)
     zero = [_constant_value(v) == 0 and v.type.dtype == x.type.dtype for v in pieces]
@@ -376,6 +377,55 @@ def _conv2d(graph: Graph, node: Node) -> Value | None:
     end[axis] += after
     attrs = {**node.attrs, "padding": tuple(begin), "padding_end": None if begin == end else tuple(end)}
     return _build(graph, node, "conv2d", pieces[core[0]], node.inputs[1], **attrs)
+
+
+def _concat(graph: Graph, node: Node) -> Value | None:
+    """A concat reads through what only moves or negates its operands, so no kernel makes them: an operand
+    sliced along the axis alone is read in place (its window moves into `starts` / `sizes`), and negated
+    operands are taken as they are, the concat then multiplied by -1 over their windows (an index value,
+    which fuses with it; x * -1 is -x, signed zeros included). Llama's rotary embedding, concat(-q2, q1),
+    made q1 and -q2 in two kernels of their own."""
+    axis = node.attrs["axis"]
+    operands, windows = list(node.inputs), list(concat_windows(node.inputs, node.attrs))
+    negated = [False] * len(operands)
+    for j, value in enumerate(operands):
+        producer = value.producer
+        if producer is not None and producer.op == "neg":
+            operands[j], negated[j], producer = producer.inputs[0], True, producer.inputs[0].producer
+        if producer is not None and producer.op == "slice" and _slices_axis_alone(producer, axis):
+            operands[j] = producer.inputs[0]
+            windows[j] = (producer.attrs["start"][axis] + windows[j][0], windows[j][1])
+    if operands == list(node.inputs):
+        return None
+    joined = _build(graph, node, "concat", *operands, axis=axis, starts=tuple(w[0] for w in windows),
+                    sizes=tuple(w[1] for w in windows))
+    if not any(negated):
+        return joined
+    return _build(graph, node, "mul", joined, _window_signs(graph, node, windows, negated))
+
+
+def _slices_axis_alone(node: Node, axis: int) -> bool:
+    """A unit-step slice taking every index on every axis but `axis`."""
+    attrs, shape = node.attrs, node.inputs[0].type.shape
+    return all(step == 1 for step in attrs["step"]) and all(
+        (a, b) == (0, n) for d, (a, b, n) in enumerate(zip(attrs["start"], attrs["stop"], shape)) if d != axis)
+
+
+def _window_signs(graph: Graph, node: Node, windows, negated) -> Value:
+    """-1 along the concat's axis over the negated operands' windows, 1 elsewhere, shaped to broadcast
+    against its result: where(i < end_0, s_0, where(i < end_1, s_1, ...)) over an iota."""
+    axis, shape, dtype = node.attrs["axis"], node.result.type.shape, node.result.type.dtype
+    index = _build(graph, node, "iota", shape=(shape[axis],), axis=0, dtype=DType.i64)
+    ends = [sum(size for _, size in windows[:j + 1]) for j in range(len(windows))]
+    signs = _build(graph, node, "constant", value=-1.0 if negated[-1] else 1.0, dtype=dtype, shape=())
+    for end, minus in zip(reversed(ends[:-1]), reversed(negated[:-1])):
+        below = _build(graph, node, "lt", index, _build(graph, node, "constant", value=end, dtype=DType.i64, shape=()))
+        sign = _build(graph, node, "constant", value=-1.0 if minus else 1.0, dtype=dtype, shape=())
+        signs = _build(graph, node, "where", below, sign, signs)
+    if signs.type.shape != (shape[axis],):
+        signs = _build(graph, node, "broadcast_to", signs, shape=(shape[axis],))
+    trailing = len(shape) - axis - 1
+    return _build(graph, node, "reshape", signs, shape=(shape[axis],) + (1,) * trailing) if trailing else signs
 
 
 def _where(graph: Graph, node: Node) -> Value | None:
@@ -410,6 +460,7 @@ SIMPLIFICATIONS: dict[str, Callable[[Graph, Node], Value | None]] = {
     "broadcast_to": _broadcast_to,
     "conv2d": _conv2d,
     "where": _where,
+    "concat": _concat,
 }
 
 

@@ -5,6 +5,7 @@ import math
 
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Node
+from tilegraph.ir.ops.layout import concat_windows
 
 from .code import Code
 from .dialect import Dialect
@@ -25,13 +26,15 @@ def emit_layout(code: Code, node: Node, dialect: Dialect, ptr: dict) -> bool:
         outer = math.prod(shape[:axis])
         out_inner = math.prod(shape[axis:])
 
+        rest = math.prod(shape[axis + 1:])
+
         def body(c: Code) -> None:
             offset = 0
-            for value in node.inputs:
-                inner = math.prod(value.type.shape[axis:])
+            for value, (start, size) in zip(node.inputs, concat_windows(node.inputs, node.attrs)):
+                whole, inner = math.prod(value.type.shape[axis:]), size * rest  # the operand's and its window's
                 with c.block(f"for (int64_t o = 0; o < {outer}; ++o)"):
                     c.line(f"for (int64_t n = 0; n < {inner}; ++n) "
-                           f"{out}[o * {out_inner} + {offset} + n] = {ptr[value]}[o * {inner} + n];")
+                           f"{out}[o * {out_inner} + {offset} + n] = {ptr[value]}[o * {whole} + {start * rest} + n];")
                 offset += inner
         dialect.serial(code, 0, body)
         return False

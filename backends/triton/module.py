@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from tilegraph.backends.arena import Arena, plan_arena
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Value
+from tilegraph.ir.ops.layout import concat_windows
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.types import DType
 
@@ -84,7 +85,11 @@ def _layout_expr(kernel: Kernel, names: dict[Value, str]) -> str:
     if node.op == "reshape":
         return f"{ins[0]}.reshape({_shape(node.result)})"
     if node.op == "concat":
-        return f"torch.cat([{', '.join(ins)}], dim={int(node.attrs['axis'])})"
+        axis = int(node.attrs["axis"])
+        windows = concat_windows(node.inputs, node.attrs)
+        parts = [name if (start, size) == (0, v.type.shape[axis]) else f"{name}.narrow({axis}, {start}, {size})"
+                 for name, v, (start, size) in zip(ins, node.inputs, windows)]
+        return f"torch.cat([{', '.join(parts)}], dim={axis})"
     if node.op == "gather":
         axis = int(node.attrs["axis"])
         size = node.inputs[0].type.shape[axis]

@@ -132,8 +132,28 @@ register(OpDef(
 
 # ----- concat ---------------------------------------------------------------------------------
 def _concat_normalize(in_types, attrs):
-    attrs["axis"] = normalize_axis(attrs["axis"], in_types[0].rank)
+    """Axis in range; `starts` and `sizes` (the window of each operand taken along the axis, by default
+    all of it) checked, and dropped when they take every operand whole, so equal concats compare equal."""
+    axis = attrs["axis"] = normalize_axis(attrs["axis"], in_types[0].rank)
+    extents = tuple(t.shape[axis] for t in in_types)
+    starts = tuple(attrs["starts"]) if attrs["starts"] is not None else (0,) * len(in_types)
+    sizes = tuple(attrs["sizes"]) if attrs["sizes"] is not None else tuple(e - a for e, a in zip(extents, starts))
+    if not len(starts) == len(sizes) == len(in_types):
+        raise ValueError(f"starts and sizes need one entry per operand ({len(in_types)})")
+    for j, (start, size, extent) in enumerate(zip(starts, sizes, extents)):
+        if start < 0 or size < 1 or start + size > extent:
+            raise ValueError(f"operand {j}: window [{start}, {start + size}) outside its axis of {extent}")
+    whole = all(a == 0 for a in starts) and sizes == extents
+    attrs["starts"], attrs["sizes"] = (None, None) if whole else (starts, sizes)
     return attrs
+
+
+def concat_windows(operands, attrs) -> tuple[tuple[int, int], ...]:
+    """(start, size) taken from each operand (a type or an array: anything with a shape) along the axis."""
+    axis = attrs["axis"]
+    if attrs.get("starts") is None:
+        return tuple((0, t.shape[axis]) for t in operands)
+    return tuple(zip(attrs["starts"], attrs["sizes"]))
 
 
 def _concat_infer(in_types, attrs):
@@ -144,8 +164,15 @@ def _concat_infer(in_types, attrs):
         if t.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
             shown = ", ".join(x.compact() for x in in_types)
             raise ValueError(f"operands differ outside axis {axis}: {shown}")
-    size = sum(t.shape[axis] for t in in_types)
+    size = sum(size for _, size in concat_windows(in_types, attrs))
     return first.with_shape(first.shape[:axis] + (size,) + first.shape[axis + 1:])
+
+
+def _concat_reference(arrays, attrs, result):
+    windows = concat_windows(arrays, attrs)
+    axis = attrs["axis"]
+    return np.concatenate([np.take(a, range(start, start + size), axis=axis)
+                           for a, (start, size) in zip(arrays, windows)], axis=axis)
 
 
 # A concat of at most this many operands is structured: every output element reads each operand (masked
@@ -154,28 +181,30 @@ CONCAT_READS = 4
 
 
 def _concat_space(ins, attrs, result):
-    """Operand j read at the output's index less its offset along the axis (zero outside it, a padded
-    read), the value taken from the operand whose range holds the index (a select, not a sum: -0.0 + 0
-    would lose the sign)."""
+    """Operand j read at the output's index less its offset along the axis, plus its window's start (zero
+    outside the operand: a padded read), the value taken from the operand whose range holds the index (a
+    select, not a sum: -0.0 + 0 would lose the sign)."""
     if len(ins) > CONCAT_READS:
         return None
     axis, rank = attrs["axis"], result.rank
-    starts = [0]
-    for t in ins[:-1]:
-        starts.append(starts[-1] + t.shape[axis])
-    maps = tuple(AffineMap(tuple(AffineExpr.dim(d) + (-start if d == axis else 0) for d in range(rank)), 0.0)
-                 for start in starts)
+    offsets, maps = [0], []
+    for start, size in concat_windows(ins, attrs):
+        shift = start - offsets[-1]
+        maps.append(AffineMap(tuple(AffineExpr.dim(d) + (shift if d == axis else 0) for d in range(rank)), 0.0))
+        offsets.append(offsets[-1] + size)
     body = Arg(len(ins) - 1)
     for j in reversed(range(len(ins) - 1)):
-        body = call("select", call("lt", Index(axis), starts[j + 1]), Arg(j), body)
-    return IterationSpace(result.shape, (PARALLEL,) * rank, maps, (AffineMap.identity(rank),), (body,), (None,))
+        body = call("select", call("lt", Index(axis), offsets[j + 1]), Arg(j), body)
+    return IterationSpace(result.shape, (PARALLEL,) * rank, tuple(maps), (AffineMap.identity(rank),), (body,),
+                          (None,))
 
 
 register(OpDef(
-    name="concat", category=LAYOUT, arity=(1, 64), attrs=(AttrSpec("axis", "int", 0),),
-    doc="join operands along axis",
+    name="concat", category=LAYOUT, arity=(1, 64),
+    attrs=(AttrSpec("axis", "int", 0), AttrSpec("starts", "ints", None), AttrSpec("sizes", "ints", None)),
+    doc="join operands along axis (of each, the window `sizes` long from `starts`; by default all of it)",
     normalize_fn=_concat_normalize, infer_fn=_concat_infer, space_fn=_concat_space,
-    reference_fn=lambda a, attrs, r: np.concatenate(a, axis=attrs["axis"]),
+    reference_fn=_concat_reference,
 ))
 
 

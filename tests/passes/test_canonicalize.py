@@ -480,3 +480,28 @@ def test_a_slice_cutting_rows_stays_before_the_split():
     after = run_canon(b.graph)
     assert [n.op for n in after.nodes] == ["slice", "reshape"]
     assert_same_results(b.graph, after)
+
+
+def test_a_concat_reads_its_operands_slices_and_negations_in_place():
+    """rotate_half(q) = concat(-q[..., h:], q[..., :h]): one concat of q's two windows times a sign that is -1
+    over the first (an index value), so no kernel makes the halves; the values are unchanged, signed zeros
+    included. A slice across another axis stays."""
+
+
+    b = GraphBuilder("rope")
+    q = b.input("q", [2, 3, 8])
+    half = b.concat(b.neg(b.slice(q, start=[0, 0, 4], stop=[2, 3, 8])), b.slice(q, start=[0, 0, 0], stop=[2, 3, 4]),
+                    axis=2)
+    other = b.concat(b.slice(q, start=[0, 0, 0], stop=[2, 3, 4]), b.slice(q, start=[0, 0, 4], stop=[2, 3, 8]), axis=1)
+    graph = b.output(half, other)
+    inputs = [reference.random_inputs(graph)[0]]
+    inputs[0][..., ::3] = -0.0
+    want = reference.run(graph, inputs)
+    after = run_canon(graph)
+    concats = [n for n in after.nodes if n.op == "concat"]
+    assert [(n.inputs[0].name, n.inputs[1].name, n.attrs["starts"], n.attrs["sizes"]) for n in concats] == \
+        [("q", "q", (4, 0), (4, 4)), (concats[1].inputs[0].name, concats[1].inputs[1].name, None, None)]
+    assert "neg" not in ops(after) and ops(after).count("slice") == 2
+    got = reference.run(after, inputs)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w) and np.array_equal(np.signbit(g), np.signbit(w))
