@@ -518,7 +518,8 @@ def _gen_concat(c: _Ctx):
     axis = c.axis(x.rank)
     normal = axis % x.rank
     operands = [x]
-    for _ in range(c.draw(st.integers(0, 2))):
+    # up to CONCAT_READS operands make a structured concat (a select between padded reads); more, a copy
+    for _ in range(c.draw(st.integers(0, 2)) if c.coin(8) else 4):
         fresh = x.shape[:normal] + (c.side(),) + x.shape[normal + 1:]
         operands.append(c.pick(
             lambda t: t.dtype is x.dtype and t.rank == x.rank
@@ -527,7 +528,13 @@ def _gen_concat(c: _Ctx):
     if sum(t.numel for t in operands) > c.max_numel:
         operands = operands[:1]
     perm = c.draw(st.permutations(range(len(operands))))
-    return [operands[i] for i in perm], ({} if normal == 0 and c.coin(3) else {"axis": axis})
+    operands = [operands[i] for i in perm]
+    attrs = {} if normal == 0 and c.coin(3) else {"axis": axis}
+    if c.coin(3):  # a window of each operand (as canonicalize folds a slice into it)
+        sizes = [c.draw(st.integers(1, t.shape[normal])) for t in operands]
+        attrs["starts"] = [c.draw(st.integers(0, t.shape[normal] - size)) for t, size in zip(operands, sizes)]
+        attrs["sizes"] = sizes
+    return operands, attrs
 
 
 @_gen("gather", "any", min_rank=1)

@@ -443,9 +443,11 @@ def test_concat_joins_in_order(data):
     types, attrs, arrays = draw_case(data, "concat", dtypes=(F32, I32), max_numel=96)
     got = run_op("concat", arrays, types, **attrs)
     axis = attrs.get("axis", 0) % arrays[0].ndim
+    starts = attrs.get("starts") or [0] * len(arrays)
+    sizes = attrs.get("sizes") or [a.shape[axis] for a in arrays]
     pieces = []
-    for a in arrays:
-        pieces += [np.take(a, i, axis=axis) for i in range(a.shape[axis])]
+    for a, start, size in zip(arrays, starts, sizes):  # each operand's window, in order
+        pieces += [np.take(a, i, axis=axis) for i in range(start, start + size)]
     assert got.shape[axis] == len(pieces)
     for i, piece in enumerate(pieces):
         np.testing.assert_array_equal(np.take(got, i, axis=axis), piece)
