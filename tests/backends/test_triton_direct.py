@@ -51,9 +51,9 @@ def walked(launcher, inputs):
     return launcher._walk(inputs, lambda step, args: launcher._launch(step, args, *launcher.program.configs[step.position]))
 
 
-@pytest.mark.parametrize("source", [CASES["matmul_epilogue"], CASES["conv_relu"], LAYOUT,
+@pytest.mark.parametrize("source", [CASES["matmul_epilogue"], CASES["conv_relu"], LAYOUT, CASES["packed_qkv"],
                                     str(EXAMPLES / "mlp.tg")],
-                         ids=["matmul_epilogue", "conv_relu", "layout_steps", "mlp"])
+                         ids=["matmul_epilogue", "conv_relu", "layout_steps", "reshape_view", "mlp"])
 def test_direct_launches_give_what_the_walk_gives(source):
     graph = parse_file(source) if source.endswith(".tg") else parse(source)
     fn, launcher, draw = bound(graph)
