@@ -253,12 +253,16 @@ def accumulators_fit(domain: KernelDomain, target: Target, grid: np.ndarray) -> 
     only what is staged there; a larger accumulator spills registers."""
     if target.kind != "gpu" or not target.registers_per_block:
         return np.ones(grid.shape[0], dtype=bool)
-    lanes = 2.0 ** np.ceil(np.log2(grid))
+    lanes = gpu_lanes(grid)
     total = np.zeros(grid.shape[0])
-    for i, _, _, _ in contractions(domain):
-        loops = sorted({d for e in domain.compose_map(i, domain.spaces[i].outputs[0]).exprs for d, _ in e.terms})
-        total += np.prod(lanes[:, loops], axis=1)
+    for i, _, _, _ in contractions(domain):  # a contraction's result runs over its loops but the reduced ones
+        total += np.prod(lanes[:, sorted(domain.iterates(i) - domain.reduces(i))], axis=1)
     return total <= accumulator_limit(target)
+
+
+def gpu_lanes(grid: np.ndarray) -> np.ndarray:
+    """The lanes a GPU runs each tile of `grid` in: the power of two at or above it (Triton's blocks)."""
+    return 2.0 ** np.ceil(np.log2(grid))
 
 
 def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, side: int = 0) -> np.ndarray:
@@ -270,7 +274,7 @@ def feeds_matrix_unit(domain: KernelDomain, target: Target, grid: np.ndarray, si
     if not target.matrix_unit:
         return ok
     extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
-    lanes = 2.0 ** np.ceil(np.log2(grid)) if target.kind == "gpu" else grid
+    lanes = gpu_lanes(grid) if target.kind == "gpu" else grid
     for group in matrix_groups(domain):
         for loops, least in zip(map(sorted, group), (max(side, target.matrix_unit),) * 2 + (target.matrix_unit,)):
             useful, padded = np.prod(grid[:, loops], axis=1), np.prod(lanes[:, loops], axis=1)

@@ -7,9 +7,10 @@ thinned by `tile_model.thin`), kept where every dot still gets at least 16 lanes
 rows/columns and 128 of K, an accumulator that fits the registers and operand blocks whose pipeline
 stages fit shared memory; ranked as the tiling pass ranks them on a GPU (tilings that leave SMs idle
 last, then those with dots narrower than the target's `matrix_block`), then those whose last wave leaves
-many SMs idle (`ragged`), then by off-chip traffic, and half the picks kept for "straight" tilings (one loop per dot side, so operands load as plain
-2-D blocks: for a convolution, n, oh, kh and kw walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function (`Kernel.with_tiles`; GROUP_M, the row tiles per
-launch group of a tiled matmul, as given). The Program's own tiling is always variant 0.
+many SMs idle (`tile_model.ragged`), then by off-chip traffic, and half the picks kept for "straight"
+tilings (one loop per dot side, so operands load as plain 2-D blocks: for a convolution, n, oh, kh and kw
+walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function
+(`Kernel.with_tiles`; GROUP_M, the row tiles per launch group of a tiled matmul, as given). The Program's own tiling is always variant 0.
 """
 from __future__ import annotations
 

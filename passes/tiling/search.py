@@ -17,13 +17,13 @@ cp.async per program for K = 4 x 3 x 3 padded to 64 lanes, against 130 and 320 s
 `nvdisasm` of the sm_90 build). On a GPU the choice then ranks, in order: for a kernel without a dot, a
 working set within `REGISTER_TILE` (its tile lives in registers); parallelism (up to its
 multiprocessors); dots whose M and N blocks are `matrix_block` wide (gpu-h100: 64); M and N over one
-loop each (`straight_operands`); for a wide dot tile that keeps its SM to itself (over half the budget), a
-last wave at least `tile_model.WAVE_FILL` full (`ragged`: ViT's MLP-down matmul took 128 x 256, 150
-programs on 132 SMs, two waves 57% full; now 128 x 128, three waves 76% full); traffic. Width before straightness: ResNet-50's convolutions at
-14 x 14 took one image row, 16 lanes on mma.sync, re-reading all their weights per 14 pixels; now
-rows over several images and image rows, on wgmma (the Triton backend loads such a side as one 2-D
-block, its lanes numbered flat). Width before traffic:
-the traffic model alone gave ViT's 197-token attention 16 query rows a program, too few for wgmma.
+loop each (`straight_operands`); for a wide dot tile that keeps its SM to itself (over half the
+budget), a last wave at least `tile_model.WAVE_FILL` full (`ragged`: ViT's MLP-down matmul took
+128 x 256, 150 programs on 132 SMs, two waves 57% full; now 128 x 128, three waves 76% full); traffic.
+Width before straightness: ResNet-50's convolutions at 14 x 14 took one image row, 16 lanes on
+mma.sync, re-reading all their weights per 14 pixels; now rows over several images and image rows, on
+wgmma (the Triton backend loads such a side as one 2-D block, its lanes numbered flat). Width before
+traffic: the traffic model alone gave ViT's 197-token attention 16 query rows a program, too few for wgmma.
 """
 from __future__ import annotations
 
@@ -80,10 +80,11 @@ def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
     gathered = ~straight_operands(domain, target, grid[fits])
     if target.kind == "gpu":  # idle multiprocessors cost more than traffic that the L2 mostly serves
         narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
+        has_dot = any(contractions(domain))
         # a kernel without a dot holds its tile in registers, not shared memory
-        spills = costs.working_set[fits] > REGISTER_TILE if not any(contractions(domain)) else np.zeros(len(fits))
+        spills = costs.working_set[fits] > REGISTER_TILE if not has_dot else np.zeros(len(fits))
         # a wide dot tile keeping its SM to itself runs in waves of one program an SM: a last wave mostly idle
-        alone = ~narrow & (2 * costs.working_set[fits] > target.onchip_bytes) & bool(any(contractions(domain)))
+        alone = ~narrow & (2 * costs.working_set[fits] > target.onchip_bytes) & has_dot
         idle = alone & (costs.parallel[fits] > target.parallel_units) & ragged(costs.parallel[fits],
                                                                                target.parallel_units)
         pick = fits[np.lexsort((count, costs.traffic[fits], idle, gathered, narrow, -units, spills))[0]]
