@@ -16,7 +16,10 @@ tilegraph's Triton build follows them. Every row runs the three implementations 
 same tensors, checks tilegraph's result against eager, and reports times, ratios (compile/tg > 1:
 tilegraph is faster than torch.compile) and the first call's time of each compiler (cold: build, JIT
 and autotuning). Memory-bound rows are also given as a fraction of the measured device-to-device copy
-bandwidth; matmul-like rows as a fraction of cuBLAS (torch.matmul).
+bandwidth; matmul-like rows as a fraction of cuBLAS (torch.matmul). The tuner may hand a kernel that is one
+matmul (and an add) to cuBLAS (`backends/triton/library.py`) where that is faster, as torch.compile's default
+mode does for every matmul; the note says how many kernels ran so. The matmul rows leave that out, so that
+they measure the generated kernel.
 
 --quick: one size per single-kernel case (bf16 matmul only), the transformers models with 2 of their layers
 at full width (per-call ratios hold, compiles are shorter; the note says so), batch 1 only for the small
@@ -31,6 +34,7 @@ With no CUDA device it prints why and exits without writing anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import gc
@@ -80,6 +84,7 @@ class Spec:
     dtype: str
     make: Callable[[], dict]
     note: str = ""
+    library_calls: bool = True  # False: the tuner leaves library calls out (TILEGRAPH_LIBRARY_CALLS=0)
 
 
 DRY_RUN = False
@@ -131,6 +136,16 @@ def short_error(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def library_note(fn) -> str:
+    """How many dot kernels the tuner handed to the vendor library (`backends/triton/library.py`), for the note."""
+    from tilegraph.backends.triton.library import LibraryCall
+    from tilegraph.backends.triton.tuner import installed
+
+    dots = [s for s in fn.generated.kernels if s is not None and s.uses_dot]
+    calls = sum(isinstance(installed(fn, s)[0], LibraryCall) for s in dots)
+    return f"{calls} of {len(dots)} dot kernels as cuBLAS calls" if calls else ""
+
+
 def tuning_log(fn) -> str:
     """What the first call's tuning timed and chose, per kernel (the log's evidence when a row is slow):
     the block-size variants' ms, the launch configurations' ms, the winner, and whether calls launch directly."""
@@ -154,6 +169,7 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
     tg_first = time.perf_counter() - start
     if not DRY_RUN:
         print(f"{case} {shape} {dtype}: tuning\n{tuning_log(fn)}", flush=True)
+    note = "; ".join(part for part in (note, library_note(fn)) if part)
     if flops is None and source is not None and not isinstance(source, str):
         flops = sum(k.flops for k in fn.program.kernels) or None  # whole models: the Program's own count
     with torch.no_grad():
@@ -240,7 +256,8 @@ def kernel_specs(torch, quick: bool) -> list[Spec]:
             src = f"def f(a: {name}[{S}, {S}], c: {name}[{S}, {S}]) -> {name}[{S}, {S}] {{ return a @ c }}"
             return dict(source=src, inputs=[a, c], eager=lambda a, c: a @ c, flops=2 * S ** 3,
                         cublas=lambda: a @ c)
-        specs.append(Spec("matmul", f"{S}^3", name, matmul))
+        specs.append(Spec("matmul", f"{S}^3", name, matmul, note="the generated kernel (no library call)",
+                          library_calls=False))
     return specs
 
 
@@ -326,7 +343,8 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
            "bandwidth, matmul-like cases as a fraction of cuBLAS (torch.matmul), attention as a fraction of SDPA "
            "held to its flash kernel, whole models in TFLOP/s. f32 rows allow TF32 on both sides. `first s`: "
            "seconds to the first result (tilegraph: build, JIT compiles, autotuning; torch.compile: Inductor). "
-           "Whole-model rows say \"model\" in the note.", ""]
+           "Whole-model rows say \"model\" in the note, and how many of their dot kernels the tuner handed to "
+           "cuBLAS where it timed that faster (`backends/triton/library.py`).", ""]
     models = [r for r in rows if r.note.startswith("model") and r.compiled_ms and r.tilegraph_ms == r.tilegraph_ms]
     if models:
         ratios = [r.compiled_ms / r.tilegraph_ms for r in models]
@@ -359,6 +377,23 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
     if pending:
         out += ["", f"Not run (over the time budget): {', '.join(pending)}."]
     return "\n".join(out) + "\n"
+
+
+@contextlib.contextmanager
+def library_calls(on: bool):
+    """TILEGRAPH_LIBRARY_CALLS=0 for the block unless `on` (the matmul rows measure the generated kernel)."""
+    from tilegraph.backends.triton.library import SWITCH
+
+    before = os.environ.get(SWITCH)
+    if not on:
+        os.environ[SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SWITCH, None)
+        else:
+            os.environ[SWITCH] = before
 
 
 def release(torch) -> None:
@@ -436,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         pending = [f"{s.case} {s.shape} {s.dtype}" for s in specs[position + 1:]]
         try:
-            row = run_case(torch, spec.case, spec.shape, spec.dtype, **spec.make(), note=spec.note)
+            with library_calls(spec.library_calls):
+                row = run_case(torch, spec.case, spec.shape, spec.dtype, **spec.make(), note=spec.note)
         except Exception as exc:
             print(f"{label}: FAILED {short_error(exc, 2000)}", file=sys.stderr, flush=True)
             row = Row(spec.case, spec.shape, spec.dtype, math.nan, math.nan, None,

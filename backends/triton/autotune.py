@@ -105,12 +105,14 @@ def config_key(kernel_text: str, device_name: str) -> str:
 
 @dataclass(frozen=True)
 class Choice:
-    """A kernel's launch: warps, stages, and the tiles of a block-size variant (None: the Program's)."""
+    """A kernel's launch: warps, stages, and the tiles of a block-size variant (None: the Program's), or
+    `library`: the kernel runs as a library call (`library.py`; warps and stages unused)."""
 
     warps: int
     stages: int
     tiles: tuple[tuple[str, int], ...] | None = None
     group_m: int | None = None
+    library: bool = False
 
     @property
     def config(self) -> tuple[int, int]:
@@ -121,6 +123,8 @@ class Choice:
         if self.tiles is not None:
             out["tiles"] = [list(t) for t in self.tiles]
             out["group_m"] = self.group_m
+        if self.library:
+            out["library"] = True
         return out
 
     @staticmethod
@@ -130,7 +134,7 @@ class Choice:
         tiles = found.get("tiles")
         return Choice(int(found["warps"]), int(found["stages"]),
                       None if tiles is None else tuple((str(n), int(s)) for n, s in tiles),
-                      None if found.get("group_m") is None else int(found["group_m"]))
+                      None if found.get("group_m") is None else int(found["group_m"]), bool(found.get("library")))
 
 
 class ConfigCache:

@@ -27,6 +27,7 @@ from typing import Any
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Value
 
+from .library import LibraryCall
 from .packing import permuted
 
 
@@ -243,7 +244,10 @@ class Compiling:
 def compiled_runner(fn, grid: int, args: Sequence[Any], warps: int, stages: int) -> Callable | Compiling:
     """The compiled binary of jit function `fn` for these arguments, bound to its 1-D grid: `run(*args)`
     launches it on the current stream (Triton's `CompiledKernel[grid]`), with none of `fn[grid](...)`'s
-    per-call argument binding and cache lookup. Under `parallel_compiles`, a `Compiling` to wait for."""
+    per-call argument binding and cache lookup. Under `parallel_compiles`, a `Compiling` to wait for. A library
+    call (`library.py`) has nothing to compile: it runs as it is."""
+    if isinstance(fn, LibraryCall):
+        return fn
     kernel = fn.warmup(*args, grid=(grid,), num_warps=warps, num_stages=stages)
     if hasattr(kernel, "result"):  # compiling on a thread (Triton's async compile mode)
         return Compiling(kernel, grid)

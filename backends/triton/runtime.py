@@ -16,6 +16,8 @@ from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
 
 from . import autotune, hopper
+from .library import LibraryCall
+from .tuner import installed
 from .module import TORCH_DTYPE, generate
 from .options import TritonOptions
 
@@ -180,6 +182,9 @@ class TritonProgram(CompiledProgram):
                 view = arena.views.get(kernel.outputs[0])
                 lines.append(f"  {kernel.name}: " + (f"view of %{view.name} (reshape, no copy)" if view is not None
                                                      else "layout step (torch)"))
+                continue
+            if self._module is not None and isinstance(installed(self, source)[0], LibraryCall):
+                lines.append(f"  {kernel.name}: library call (torch.matmul, chosen by tuning)")
                 continue
             blocks = " ".join(f"{p.kind[0]}{p.tile}/{p.block}" for p in source.loops)
             warps, stages = self.configs[position]

@@ -5,7 +5,9 @@ one line printed when it starts) a dot kernel's variants (`variants.dot_variants
 functions of a module of their own and timed (3 stages; 4 warps, 8 for big blocks); the fastest is
 installed in place of the kernel's function in the generated module (the launch step looks the
 function up when it runs, so it launches the variant on its own grid), then warps and stages are
-timed for it. Winners are kept
+timed for it. A kernel that is one matmul (and an add) also times the library call (`library.py`: cuBLAS
+through torch), right after its own tiling; if that wins, there are no warps and stages to time. Past the budget,
+such a kernel still times its untuned self against the library call (two timings, nothing cached). Winners are kept
 per program (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes,
 device); a cached variant is installed again without timing. Any failure leaves the kernel as generated.
 The launcher hands the kernels over longest first (`expected_seconds`), so a short budget goes where it
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import autotune, variants
+from . import autotune, library, variants
 from .launch import parallel_compiles
 
 VARIANT_STAGES = 3  # pipeline stages the variants are compared at (4 warps, 8 for 128x128 blocks and up)
@@ -126,18 +128,23 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     name = torch.cuda.get_device_name(device)
     key = autotune.config_key(source.text, name)
     found = state.chosen.get(key) or cache.get(key)
+    if found is not None and found.library and not library.enabled():
+        found = None  # library calls switched off since: tune again
     if found is not None:
         state.left.discard(autotune.canonical(source.text))
         if key in state.launches:  # a kernel equal to one tuned here (a repeated layer): its variant, compiled once
             install(compiled, state, source, *state.launches[key])
             return found.config
-        if found.tiles is None or _install_choice(compiled, state, position, source, found, key):
+        if (found.tiles is None and not found.library) or _install_choice(compiled, state, position, source, found,
+                                                                           key):
             state.chosen[key] = found
             return found.config
     budget = state.budget
     budget.start(f"{state.kernels} distinct Triton kernels on {name}")
     if budget.spent():
         budget.skipped.append(source.function)
+        if source.uses_dot:
+            _library_if_faster(compiled, state, position, launch, source, warm)
         return compiled.configs[position]
     now = budget.clock()
     state.left.discard(autotune.canonical(source.text))
@@ -148,6 +155,13 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     if source.uses_dot:
         chosen_variant, times["tiles"], timed_at = _tune_tiles(compiled, state, position, launch, source, deadline,
                                                                budget.clock, key, warm)
+        if chosen_variant is not None and chosen_variant.library:  # no warps or stages to time
+            compiled.timings[position] = times
+            choice = autotune.Choice(*timed_at, library=True)
+            if budget.clock() < deadline:
+                cache.put(key, choice)
+                state.chosen[key] = choice
+            return choice.config
         # the winner's own (warps, stages) first: the one always timed, so a deadline that cuts the rest
         # never leaves a 256 x 128 block at 4 warps (its accumulator alone would fill the registers)
         configs = (timed_at, *(c for c in configs if c != timed_at)) if timed_at else configs
@@ -171,18 +185,37 @@ def _variant_warps(kernel, variant: variants.Variant) -> int:
     return autotune.dot_warps(shape.accumulator if shape is not None else 0)
 
 
-def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None):
-    """Time the kernel's block-size variants; install the fastest. (variant or None, {label: ms}, the
-    (warps, stages) the winner was timed at, or None when nothing was timed)."""
-    from triton.testing import do_bench
+def library_candidate(compiled, position: int, source) -> library.LibraryCall | None:
+    """The library call computing kernel `position` (None: it is not one matmul and an add)."""
+    kernel = compiled.program.kernels[position]
+    return library.library_call(kernel, source.args, compiled.generated.layouts, compiled.options,
+                                f"{source.function}_library")
 
+
+def _candidates(compiled, position, source) -> list[tuple[variants.Variant, object, int]]:
+    """[(variant, function, grid)]: the Program's own tiling (its function unused: the generated one runs), the
+    library call where the kernel is one, then the other block-size variants."""
     kernel = compiled.program.kernels[position]
     try:
         proposed = variants.dot_variants(kernel, compiled.program.target, options=compiled.options)
-        if len(proposed) <= 1:
-            return None, {}, None
-        loaded = variant_functions(compiled, position, source, proposed)
-    except Exception:  # no variants for this kernel: the generated one stays
+        loaded = variant_functions(compiled, position, source, proposed) if len(proposed) > 1 else []
+    except Exception:  # no variants for this kernel
+        proposed, loaded = [], []
+    found = loaded or [(proposed[0] if proposed else variants.Variant(tuple(kernel.tiles)), None, source.grid)]
+    call = library_candidate(compiled, position, source) if library.enabled() else None
+    if call is not None:
+        found.insert(1, (variants.Variant(found[0][0].tiles, library=True), call, source.grid))
+    return found
+
+
+def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None):
+    """Time the kernel's block-size variants (and library call); install the fastest. (variant or None, {label:
+    ms}, the (warps, stages) the winner was timed at, or None when nothing was timed)."""
+    from triton.testing import do_bench
+
+    kernel = compiled.program.kernels[position]
+    loaded = _candidates(compiled, position, source)
+    if len(loaded) <= 1:
         return None, {}, None
     install(compiled, state, source)  # variant 0 is the generated function itself
     generated = installed(compiled, source)
@@ -210,11 +243,41 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
     return (None if n == 0 else variant), times, (warps_of[n], VARIANT_STAGES)
 
 
-def _install_choice(compiled, state, position, source, choice: autotune.Choice, key: str) -> bool:
-    """Install a cached variant; False (and the generated function kept) if it cannot be emitted now."""
+def _library_if_faster(compiled, state, position, launch, source, warm=None) -> None:
+    """Past the budget: the generated kernel (untuned) and its library call timed once each (no compiles but
+    the kernel's own, which its first launch needs anyway), the faster installed; not cached, so that a run with
+    more budget tunes the kernel in full."""
+    from triton.testing import do_bench
+
+    call = library_candidate(compiled, position, source) if library.enabled() else None
+    if call is None:
+        return
+    warps, stages = compiled.configs[position]
+    _warm_all(warm, [(*installed(compiled, source), warps, stages)])
+    times = {}
     try:
-        variant = variants.Variant(choice.tiles, choice.group_m or variants.GROUP_M)
-        ((_, fn, grid),) = variant_functions(compiled, position, source, [variant])
+        times["generated"] = do_bench(lambda: launch(warps, stages), warmup=5, rep=20)
+        install(compiled, state, source, call, source.grid)
+        times[variants.Variant((), library=True).label()] = do_bench(lambda: launch(warps, stages), warmup=5, rep=20)
+    except Exception:  # noqa: BLE001 (either failing: the generated kernel stays)
+        install(compiled, state, source)
+        return
+    compiled.timings[position] = {"tiles": times}
+    if min(times, key=times.get) == "generated":
+        install(compiled, state, source)
+
+
+def _install_choice(compiled, state, position, source, choice: autotune.Choice, key: str) -> bool:
+    """Install a cached variant or library call; False (and the generated function kept) if it cannot be made
+    now."""
+    try:
+        if choice.library:
+            fn, grid = library_candidate(compiled, position, source), source.grid
+            if fn is None:
+                raise ValueError("no longer a library call")
+        else:
+            variant = variants.Variant(choice.tiles, choice.group_m or variants.GROUP_M)
+            ((_, fn, grid),) = variant_functions(compiled, position, source, [variant])
         install(compiled, state, source, fn, grid)
         state.launches[key] = (fn, grid)
         return True
@@ -224,4 +287,4 @@ def _install_choice(compiled, state, position, source, choice: autotune.Choice, 
 
 
 __all__ = ["tune_kernel", "expected_seconds", "installed", "VariantLaunch", "TuningState", "variant_functions",
-           "install"]
+           "install", "library_candidate"]

@@ -40,12 +40,16 @@ GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling 
 
 @dataclass(frozen=True)
 class Variant:
-    """One tiling of a kernel's loops (loop name -> tile) and its GROUP_M."""
+    """One tiling of a kernel's loops (loop name -> tile) and its GROUP_M; `library`: the kernel run by the
+    vendor's library instead (`library.py`; the tiles are then the Program's, unused)."""
 
     tiles: tuple[tuple[str, int], ...]
     group_m: int = GROUP_M
+    library: bool = False
 
     def label(self) -> str:
+        if self.library:
+            return "library (torch.matmul)"
         return " ".join(f"{name}={size}" for name, size in self.tiles) + f" group {self.group_m}"
 
 

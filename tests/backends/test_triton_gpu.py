@@ -26,7 +26,7 @@ from triton_cases import CASES, EXAMPLES, check, check_random  # noqa: E402
 
 import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
-from tilegraph.backends.triton import autotune, tuner, variants  # noqa: E402
+from tilegraph.backends.triton import autotune, launch, tuner, variants  # noqa: E402
 from tilegraph.frontends.dsl import parse, parse_file  # noqa: E402
 
 
@@ -126,3 +126,41 @@ def test_block_size_variants_are_timed_installed_and_cached(tmp_path, monkeypatc
     again = tilegraph.compile(graph, target="triton")
     again.run_torch(*(torch.from_numpy(a).cuda() for a in inputs))
     assert again.timings == {}, "the winner came from the cache"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype):
+    """A matmul with a bias, every kernel that is one run by cuBLAS (`library.py`): the same results through the
+    walk, the direct launches and a CUDA graph's replay; the f32 product in the program's precision (IEEE here:
+    torch's default), with torch's own flag as it was after the call."""
+    from tilegraph.backends.triton import library
+    from tilegraph.backends.triton.launch import GraphedLauncher
+
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    graph = parse(f"def f(a: {dtype}[3, 200, 96], b: {dtype}[96, 80], c: {dtype}[80]) -> {dtype}[3, 200, 80] "
+                  "{ return a @ b + c }")
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs)[0].astype(np.float32)
+    fn = tilegraph.compile(graph, target="triton", tf32=False)
+    fn.autotune = False
+    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
+    source = fn.generated.kernels[position]
+    call = tuner.library_candidate(fn, position, source)
+    assert isinstance(call, library.LibraryCall) and not call.tf32
+    tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True  # the program's IEEE precision holds whatever torch's is
+    try:
+        launcher = fn.launcher()
+        cuda = launcher.check([torch.from_numpy(a).cuda() for a in inputs])
+        graphed = GraphedLauncher(launcher)
+        results = [launcher(*cuda)[0], launcher(*cuda)[0]] + [graphed(*cuda)[0] for _ in range(3)]
+        assert isinstance(launcher.direct, launch.DirectLaunch)
+        assert torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+    tolerance = 1e-4 if dtype == "f32" else 3e-2
+    for out in results:
+        np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=tolerance,
+                                   atol=tolerance * float(np.abs(want).max()))

@@ -1,0 +1,178 @@
+"""A kernel that is one matmul (and a bias or residual add) run by the vendor's library: `torch.matmul` or
+`torch.addmm`, so cuBLAS on CUDA, as torch.compile's default mode runs every matmul.
+
+The tuner times it beside the generated kernel's block-size variants and keeps whichever is faster, so a
+matmul that cuBLAS does better (most of a transformer's projections; an IEEE f32 product, which Triton runs
+on FMA units) gets cuBLAS, and one that the fused Triton kernel does better keeps it. A `LibraryCall` stands in
+for the kernel's @triton.jit function: `call[grid](*args, num_warps=..., num_stages=...)` takes the kernel's own
+arguments, in order, and writes its output in place, so the walk, the direct launches and CUDA graphs run it
+unchanged. It computes what the kernel computes, with the kernel's precision (an f32 product in TF32 exactly
+when the program was built so); parameters stored permuted for the kernel's loads (`packing.py`) are read
+back through the inverse permutation, without a copy. `TILEGRAPH_LIBRARY_CALLS=0` leaves them out (every kernel
+then runs as generated: what `benchmarks/triton_gpu.py`'s matmul row measures).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from tilegraph.ir.graph import Value
+from tilegraph.ir.program import Kernel
+from tilegraph.ir.types import DType
+
+from .options import TritonOptions
+
+CONTRACTIONS = ("matmul", "batch_matmul")  # the ops torch.matmul computes with the same broadcasting
+DTYPES = (DType.f16, DType.bf16, DType.f32)
+SWITCH = "TILEGRAPH_LIBRARY_CALLS"
+
+
+def enabled() -> bool:
+    """Whether the tuner times library calls: unless $TILEGRAPH_LIBRARY_CALLS is 0 (or off, false, no)."""
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor of the call: the kernel argument at `position`, read through the inverse of the axis order it
+    is stored in (`order`, None: its own), then as `shape` (a row-major reshape in the kernel; None: as it is)."""
+
+    position: int
+    order: tuple[int, ...] | None = None
+    shape: tuple[int, ...] | None = None
+
+    def of(self, args):
+        tensor = args[self.position]
+        if self.order is not None:
+            tensor = tensor.permute(*_inverse(self.order))
+        return tensor if self.shape is None else tensor.view(self.shape)
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    """`out = a @ b (+ c)` on the kernel's arguments."""
+
+    name: str
+    a: Operand
+    b: Operand
+    out: Operand
+    c: Operand | None
+    tf32: bool
+
+    def __getitem__(self, grid) -> LibraryCall:
+        return self
+
+    def __call__(self, *args, num_warps: int | None = None, num_stages: int | None = None) -> None:
+        import torch
+
+        a, b, out = self.a.of(args), self.b.of(args), self.out.of(args)
+        with _precision(torch, out, self.tf32):
+            if self.c is None:
+                torch.matmul(a, b, out=out)
+                return
+            c = self.c.of(args)
+            rows = _rows(a, b, c, out)
+            if rows is not None:  # one cuBLAS call with the add in its epilogue
+                torch.addmm(rows[2], rows[0], rows[1], out=rows[3])
+            else:
+                torch.matmul(a, b, out=out)
+                out.add_(c)
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    inverse = [0] * len(order)
+    for axis, source in enumerate(order):
+        inverse[source] = axis
+    return tuple(inverse)
+
+
+def _rows(a, b, c, out):
+    """(a, b, c, out) as addmm takes them ([M, K] @ [K, N] + c, c of [N] or [M, N]), or None when a view
+    would need a copy (a batched b, a c that is neither a row nor the whole result)."""
+    if b.dim() != 2 or not out.is_contiguous() or not a.is_contiguous():
+        return None
+    n = out.shape[-1]
+    rows = out.reshape(-1, n)
+    if c.numel() == n and c.shape[-1] == n:  # a bias row
+        return a.reshape(-1, a.shape[-1]), b, c.reshape(n), rows
+    if tuple(c.shape) == tuple(out.shape) and c.is_contiguous():  # a residual
+        return a.reshape(-1, a.shape[-1]), b, c.reshape(-1, n), rows
+    return None
+
+
+@contextmanager
+def _precision(torch, out, tf32: bool):
+    """torch's f32 matmul precision set to the program's for the call where they differ (CUDA f32 only; restored
+    after). Read and set through `allow_tf32`, the flag the build read (`TritonOptions.from_torch`): torch refuses
+    a read of one API after the other set a different state."""
+    if out.dtype != torch.float32 or out.device.type != "cuda":
+        yield
+        return
+    flags = torch.backends.cuda.matmul
+    with warnings.catch_warnings():  # newer torch deprecates this spelling
+        warnings.simplefilter("ignore")
+        before = bool(flags.allow_tf32)
+        if before != tf32:
+            flags.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        if before != tf32:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                flags.allow_tf32 = before
+
+
+def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],
+                 options: TritonOptions, name: str) -> LibraryCall | None:
+    """The library call computing `kernel` (whose generated function takes `args`), or None when the kernel is
+    not one matmul of floats, optionally followed by an add of a kernel input, with reshapes of its inputs before
+    it and of its result after."""
+    if kernel.template is not None:
+        return None
+    nodes = list(kernel.nodes)
+    reshaped: dict[Value, Value] = {}  # a reshape in the kernel of an argument stored as it is -> that argument
+    while nodes and nodes[0].op == "reshape" and nodes[0].inputs[0] in args and nodes[0].inputs[0] not in layouts:
+        reshaped[nodes[0].result] = nodes[0].inputs[0]
+        nodes.pop(0)
+    written = kernel.outputs[0] if len(kernel.outputs) == 1 else None
+    tail = nodes.pop() if nodes and nodes[-1].op == "reshape" and nodes[-1].result is written else None
+    if not 1 <= len(nodes) <= 2 or written is None:
+        return None
+    product, *rest = nodes
+    if product.op not in CONTRACTIONS or any(len(v.type.shape) < 2 for v in product.inputs):
+        return None
+    result, c = product.result, None
+    if rest:
+        (add,) = rest
+        if add.op != "add" or add.inputs.count(result) != 1 or add.result.type != result.type:
+            return None
+        (c,) = [v for v in add.inputs if v is not result]
+        result = add.result
+    if (tail.inputs[0] if tail is not None else written) is not result:
+        return None
+    operands = (*product.inputs, result) + ((c,) if c is not None else ())
+    if any(v.type.dtype != result.type.dtype for v in operands) or result.type.dtype not in DTYPES:
+        return None
+    position = {v: n for n, v in enumerate(args)}
+    if written not in position:
+        return None
+
+    def operand(value: Value) -> Operand | None:
+        if value is result:
+            return Operand(position[written], None, None if written is result else result.type.shape)
+        source = reshaped.get(value, value)
+        if source not in position:
+            return None
+        return Operand(position[source], layouts.get(source), value.type.shape if source is not value else None)
+
+    found = [operand(v) for v in operands]
+    if any(o is None for o in found):
+        return None
+    return LibraryCall(name, found[0], found[1], found[2], found[3] if c is not None else None,
+                       options.precision(product.op) == "tf32")
+
+
+__all__ = ["LibraryCall", "Operand", "library_call", "enabled", "SWITCH"]

@@ -1,0 +1,247 @@
+"""The library call (`library.py`): a kernel that is one matmul (and a bias or residual add) run by
+torch.matmul / torch.addmm, a candidate the tuner times beside the block-size variants. On the CPU torch runs it on
+the interpreter's tensors, so what it computes (packed weights read back unpermuted, batched rows, the add) is
+checked here against the reference; the tuning flow runs with the device's timer replaced by a table."""
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+import tilegraph  # noqa: E402
+from tilegraph.backends import reference  # noqa: E402
+from tilegraph.backends.triton import autotune, launch, library, tuner  # noqa: E402
+from tilegraph.frontends.dsl import parse  # noqa: E402
+
+from triton_cases import CASES, assert_same  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path / "tilegraph-cache"))
+
+
+class Block(torch.nn.Module):
+    """Linears as a transformer has them: with a bias, without, a gated product (not a library call)."""
+
+    def __init__(self, width: int = 48, hidden: int = 80) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(width, width)
+        self.out = torch.nn.Linear(width, width, bias=False)
+        self.gate = torch.nn.Linear(width, hidden, bias=False)
+        self.up = torch.nn.Linear(width, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        h = self.out(self.qkv(x))
+        return self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+def block_program(dtype=torch.float32):
+    from tilegraph.frontends.fx import from_module
+
+    torch.manual_seed(0)
+    model = Block().eval().to(dtype)
+    x = torch.randn(2, 24, 48, dtype=dtype)
+    with torch.no_grad():
+        graph = from_module(model, (x,))
+    return graph, tilegraph.compile(graph, target="triton")
+
+
+def calls(fn) -> dict[int, library.LibraryCall]:
+    found = {}
+    for position, source in enumerate(fn.generated.kernels):
+        if source is not None:
+            call = tuner.library_candidate(fn, position, source)
+            if call is not None:
+                found[position] = call
+    return found
+
+
+def expected(graph, inputs):
+    """The reference on the graph's own weights (carried from the module)."""
+    return reference.run(graph, inputs)
+
+
+def test_which_kernels_are_library_calls():
+    graph, fn = block_program()
+    found = calls(fn)
+    ops = {position: [n.op for n in fn.program.kernels[position].nodes] for position in found}
+    dots = [p for p, s in enumerate(fn.generated.kernels) if s is not None and s.uses_dot]
+    assert set(found) < set(dots), "the gated product (matmul, silu, mul) is not one"
+    products = [[op for op in o if op != "reshape"] for o in ops.values()]
+    assert all(p in (["matmul"], ["matmul", "add"]) for p in products), ops
+    assert any("reshape" in o for o in ops.values()), "reshapes of the rows ride along"
+    assert any(call.c is not None for call in found.values()), "a bias add rides along"
+    for source in ("matmul_epilogue", "attention", "softmax", "conv_relu"):
+        other = tilegraph.compile(parse(CASES[source]), target="triton")
+        assert not calls(other), source
+
+
+def test_integer_and_mixed_products_are_not_library_calls():
+    fn = tilegraph.compile(parse("def f(a: i32[8, 8], b: i32[8, 8]) -> i32[8, 8] { return a @ b }"),
+                           target="triton")
+    assert not calls(fn)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_library_calls_compute_what_the_kernels_compute(dtype):
+    graph, fn = block_program(dtype)
+    if dtype == torch.bfloat16:  # tensor-core dots read their weights packed K-major: read back unpermuted
+        assert any(o.order is not None for call in calls(fn).values() for o in (call.a, call.b))
+    inputs = reference.random_inputs(graph)
+    generated = fn(*inputs)
+    state = tuner.state_of(fn)
+    for position, call in calls(fn).items():
+        tuner.install(fn, state, fn.generated.kernels[position], call, fn.generated.kernels[position].grid)
+    got = fn(*inputs)
+    types = [v.type for v in graph.outputs]
+    assert_same(got, generated, types)
+    assert_same(got, expected(graph, inputs), types)
+    report = fn.report()
+    assert report.count("library call (torch.matmul") == len(calls(fn))
+
+
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(1, 40), batch=st.integers(0, 2),
+       add=st.sampled_from(["none", "row", "whole"]))
+@settings(max_examples=20, deadline=None)
+def test_any_matmul_and_add_runs_as_a_library_call(m, n, k, batch, add):
+    rows = f"[{batch}, {m}, {k}]" if batch else f"[{m}, {k}]"
+    out = f"[{batch}, {m}, {n}]" if batch else f"[{m}, {n}]"
+    extra = {"none": "", "row": f", c: f32[{n}]", "whole": f", c: f32{out}"}[add]
+    body = "a @ b" + ("" if add == "none" else " + c")
+    graph = parse(f"def f(a: f32{rows}, b: f32[{k}, {n}]{extra}) -> f32{out} {{ return {body} }}")
+    fn = tilegraph.compile(graph, target="triton")
+    found = calls(fn)
+    assert len(found) == 1
+    (position, call), = found.items()
+    source = fn.generated.kernels[position]
+    tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
+    inputs = reference.random_inputs(graph)
+    assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
+
+
+def test_a_direct_launch_runs_the_library_call_without_compiling():
+    graph, fn = block_program()
+    for position, call in calls(fn).items():
+        source = fn.generated.kernels[position]
+        tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
+        assert launch.compiled_runner(call, source.grid, [], 4, 3) is call
+    launcher = fn.launcher()
+    inputs = launcher.check([torch.from_numpy(a) for a in reference.random_inputs(graph)])
+    launcher.bind_direct(inputs, lambda f, grid, args, warps, stages: launch.compiled_runner(f, grid, args, warps, stages)
+                         if isinstance(f, library.LibraryCall) else f[(grid,)])
+    assert isinstance(launcher.direct, launch.DirectLaunch)
+    got = launcher(*inputs)
+    want = expected(graph, [t.numpy() for t in inputs])
+    assert_same([t.numpy() for t in got], want, [v.type for v in graph.outputs])
+
+
+# ----- the tuning flow, with a table for a timer --------------------------------------------------------------
+class Timer:
+    """do_bench as a table: the library call takes `library` ms, the generated kernel 1 ms, other variants 2 ms
+    and up; a launch configuration warps + stages. Counts the calls."""
+
+    def __init__(self, fn, library_ms: float) -> None:
+        self.fn, self.library_ms, self.calls = fn, library_ms, 0
+
+    def do_bench(self, run, warmup, rep):
+        self.calls += 1
+        run()
+        installed = [getattr(self.fn.module(), s.function) for s in self.fn.generated.kernels if s is not None]
+        if any(isinstance(i, tuner.VariantLaunch) and isinstance(i.fn, library.LibraryCall) for i in installed):
+            return self.library_ms
+        return 2.0 if any(isinstance(i, tuner.VariantLaunch) for i in installed) else 1.0
+
+
+def tuned(graph, monkeypatch, library_ms: float):
+    fn = tilegraph.compile(graph, target="triton")
+    timer = Timer(fn, library_ms)
+    monkeypatch.setattr(triton.testing, "do_bench", timer.do_bench)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake H100")
+    launcher = fn.launcher()
+    launcher.tune(launcher.check([torch.from_numpy(a) for a in reference.random_inputs(graph)]))
+    return fn, timer
+
+
+MATMUL = "def f(a: f32[64, 96], b: f32[96, 80], c: f32[80]) -> f32[64, 80] { return a @ b + c }"
+
+
+def test_a_faster_library_call_is_installed_and_cached(monkeypatch):
+    graph = parse(MATMUL)
+    fn, timer = tuned(graph, monkeypatch, library_ms=0.5)
+    (position,) = [p for p, s in enumerate(fn.generated.kernels) if s is not None]
+    source = fn.generated.kernels[position]
+    installed = getattr(fn.module(), source.function)
+    assert isinstance(installed, tuner.VariantLaunch) and isinstance(installed.fn, library.LibraryCall)
+    times = fn.timings[position]
+    assert min(times["tiles"], key=times["tiles"].get) == "library (torch.matmul)"
+    assert "config" not in times, "no warps or stages to time for a library call"
+    assert list(times["tiles"])[1] == "library (torch.matmul)", "timed right after the Program's own tiling"
+    entry = autotune.ConfigCache().get(autotune.config_key(source.text, "Fake H100"))
+    assert entry.library and entry.tiles is None
+    inputs = reference.random_inputs(graph)
+    assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
+    # a new build finds it on disk: installed without timing
+    again, second = tuned(graph, monkeypatch, library_ms=0.5)
+    assert second.calls == 0
+    assert isinstance(getattr(again.module(), source.function).fn, library.LibraryCall)
+    assert "library call" in again.report()
+
+
+def test_a_slower_library_call_is_timed_and_left_out(monkeypatch):
+    graph = parse(MATMUL)
+    fn, _ = tuned(graph, monkeypatch, library_ms=5.0)
+    (position,) = [p for p, s in enumerate(fn.generated.kernels) if s is not None]
+    source = fn.generated.kernels[position]
+    assert "library (torch.matmul)" in fn.timings[position]["tiles"]
+    assert not isinstance(getattr(fn.module(), source.function), tuner.VariantLaunch)
+    assert not autotune.ConfigCache().get(autotune.config_key(source.text, "Fake H100")).library
+
+
+@pytest.mark.parametrize("library_ms", [0.5, 5.0])
+def test_past_the_budget_the_library_call_is_still_compared(monkeypatch, library_ms):
+    """A kernel the budget did not reach times its untuned self against its library call only, keeps the faster,
+    and caches nothing (a run with more budget tunes it in full)."""
+    monkeypatch.setenv("TILEGRAPH_TUNE_SECONDS", "0")
+    graph = parse(MATMUL)
+    fn, timer = tuned(graph, monkeypatch, library_ms=library_ms)
+    (position,) = fn.timings
+    assert timer.calls == 2 and set(fn.timings[position]["tiles"]) == {"generated", "library (torch.matmul)"}
+    source = fn.generated.kernels[position]
+    installed = getattr(fn.module(), source.function)
+    assert isinstance(installed, tuner.VariantLaunch) == (library_ms < 1.0)
+    assert autotune.ConfigCache().data == {}
+    inputs = reference.random_inputs(graph)
+    assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
+
+
+def test_library_calls_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(library.SWITCH, "0")
+    fn, _ = tuned(parse(MATMUL), monkeypatch, library_ms=0.5)
+    (position,) = fn.timings
+    assert "library (torch.matmul)" not in fn.timings[position].get("tiles", {})
+
+
+def test_the_cache_entry_keeps_the_library_flag(tmp_path):
+    cache = autotune.ConfigCache(tmp_path / "c.json")
+    cache.put("k", autotune.Choice(8, 3, library=True))
+    assert autotune.ConfigCache(tmp_path / "c.json").get("k") == autotune.Choice(8, 3, library=True)
+    assert "library" not in autotune.Choice(4, 3).to_json()
+
+
+def test_precision_follows_the_program_only_for_cuda_f32():
+    """The f32 flag is set (and restored) only around a CUDA f32 call; here nothing changes."""
+    x = torch.ones(2, 2)
+    before = torch.backends.cuda.matmul.allow_tf32
+    with library._precision(torch, x, True):
+        assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert np.array_equal(library._inverse((2, 0, 1)), (1, 2, 0))
