@@ -163,6 +163,20 @@ def device_to_host_copies(torch, fn) -> int:
     return sum(e.count for e in prof.key_averages() if "DtoH" in e.key or "Device -> Pageable" in e.key)
 
 
+def openmp_facts(torch) -> str:
+    """A CPU row's threading, for reading its time on another host: torch's threads, the CPUs this process may
+    use, and the OpenMP runtimes loaded (two would mean tilegraph's kernels and torch's do not share threads)."""
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        maps = []
+    runtimes = sorted({line.split()[-1].rsplit("/", 1)[-1] for line in maps
+                       if "omp" in line.rsplit("/", 1)[-1] and ".so" in line})
+    policy = os.environ.get("OMP_WAIT_POLICY", "unset")
+    return (f"threads: torch {torch.get_num_threads()}, CPUs {len(os.sched_getaffinity(0))} of {os.cpu_count()}; "
+            f"OpenMP {', '.join(runtimes) or 'none found'}; OMP_WAIT_POLICY {policy}")
+
+
 def run_row(spec: RowSpec) -> Row:
     import torch
 
@@ -212,6 +226,8 @@ def run_row(spec: RowSpec) -> Row:
             kernels = sum(len(r.program.program.kernels) for g in graphs for r in g._cache.values()) // 2
             row.note = (f"without CUDA graphs {row.times[name]:.3f} ms, "
                         f"{1e3 * row.times[name] / max(kernels, 1):.1f} us per kernel launch ({kernels} kernels)")
+        if name == "tilegraph" and device == "cpu":
+            row.note = openmp_facts(torch)
         if name == "tilegraph":
             row.fallbacks = [str(w.message) for w in caught if "eagerly" in str(w.message)]
             row.graphs = len(graphs)
