@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilegraph.ir.domain import FULL, Access, KernelDomain
+from tilegraph.ir.ops.layout import MOVES
 from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
 from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineMap
 from tilegraph.ir.target import Target
@@ -102,7 +103,12 @@ def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray,
     offchip = []
     steps: dict[AffineMap, np.ndarray] = {}  # on a GPU: the largest per-step value of each map
     reductions = set(domain.loops_of_kind(REDUCTION))
+    # on a GPU a value a copy (transpose, reshape, ...) makes inside the kernel is its input re-addressed: no
+    # second tile (grouped-query attention reads k and v through four copies each)
+    aliases = {node.result for node in domain.nodes if node.op in MOVES} if target.holds_elements else set()
     for access in domain.accesses:
+        if access.role == "internal" and access.value in aliases:
+            continue
         if access.role == "internal" and target.holds_elements and access.loops & reductions:
             block = footprint(access, tiles)
             steps[access.map] = np.maximum(steps.get(access.map, block), block)

@@ -289,7 +289,58 @@ def _transpose(graph: Graph, node: Node) -> Value | None:
         if combined == tuple(range(len(combined))):
             return source
         return _build(graph, node, "transpose", source, perm=combined)
+    if inner is not None and inner.op == "reshape" and len(x.users) == 1:
+        return _transpose_before_reshape(graph, node, inner)
     return x if perm == tuple(range(len(perm))) else None
+
+
+def _reshape_groups(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """A row-major reshape as groups of consecutive axes (source axes, target axes) of equal sizes, each the
+    finest such; None when the shapes hold no elements."""
+    if not source or not target or 0 in source:
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(source) and j < len(target):
+        a, b, ins, outs = source[i], target[j], [i], [j]
+        i, j = i + 1, j + 1
+        while a != b:
+            if a < b and i < len(source):
+                a, i = a * source[i], i + 1
+                ins.append(i - 1)
+            elif b < a and j < len(target):
+                b, j = b * target[j], j + 1
+                outs.append(j - 1)
+            else:
+                return None
+        groups.append((ins, outs))
+    if i < len(source) or j < len(target):  # trailing axes of one element
+        groups[-1] = (groups[-1][0] + list(range(i, len(source))), groups[-1][1] + list(range(j, len(target))))
+    return groups
+
+
+def _transpose_before_reshape(graph: Graph, node: Node, reshape: Node) -> Value | None:
+    """transpose(reshape(x)) where the reshape only merges axes (the heads of grouped-query attention's
+    [b, g, r, l, d] result into [b, g * r, l, d]): reshape(transpose(x)), the merged axes moved together, so that
+    the transpose reads x through bare loops and the merge comes last (the attention kernel writes through it)."""
+    x = reshape.inputs[0]
+    groups = _reshape_groups(x.type.shape, reshape.result.type.shape)
+    if groups is None or len(groups) < 2 or any(len(outs) != 1 for _, outs in groups):
+        return None  # (a reshape that splits an axis is a head split: transposed after it, it moves q, k, v)
+    perm = node.attrs["perm"]
+    group_of = {axis: n for n, (_, outs) in enumerate(groups) for axis in outs}
+    order: list[int] = []
+    for position, axis in enumerate(perm):
+        n = group_of[axis]
+        outs = groups[n][1]
+        if axis == outs[0]:  # the group starts here: its other axes must follow, in order
+            if tuple(perm[position:position + len(outs)]) != tuple(outs):
+                return None
+            order.append(n)
+    source_perm = tuple(axis for n in order for axis in groups[n][0])
+    if source_perm == tuple(range(len(source_perm))):
+        return None
+    moved = _build(graph, node, "transpose", x, perm=source_perm)
+    return _build(graph, node, "reshape", moved, shape=node.result.type.shape)
 
 
 def _reshape(graph: Graph, node: Node) -> Value | None:
@@ -304,7 +355,28 @@ def _reshape(graph: Graph, node: Node) -> Value | None:
         return _build(graph, node, "reshape", source, shape=node.attrs["shape"])
     if inner is not None and inner.op == "slice":
         return _split_before_slice(graph, node, inner)
+    if inner is not None and inner.op == "transpose" and len(x.users) == 1:
+        return _split_before_transpose(graph, node, inner)
     return None
+
+
+def _split_before_transpose(graph: Graph, node: Node, transpose: Node) -> Value | None:
+    """reshape(transpose(x)) where the reshape only splits axes (grouped-query attention's q, [b, h, l, d] split
+    into [b, g, r, l, d] after its head split): transpose(reshape(x)), x's axes split first, so that each copy
+    reads the one before through bare loops and they join the kernel that reads them. The mirror of
+    `_transpose_before_reshape`: splits first, then the transpose, then merges."""
+    x, perm = transpose.inputs[0], transpose.attrs["perm"]
+    groups = _reshape_groups(transpose.result.type.shape, node.result.type.shape)
+    if groups is None or any(len(ins) != 1 for ins, _ in groups) or all(len(outs) == 1 for _, outs in groups):
+        return None
+    parts = {perm[ins[0]]: [node.result.type.shape[o] for o in outs] for ins, outs in groups}
+    first, shape = {}, []
+    for axis in range(x.type.rank):
+        first[axis] = len(shape)
+        shape += parts[axis]
+    order = tuple(first[perm[ins[0]]] + n for ins, outs in groups for n in range(len(outs)))
+    split = _build(graph, node, "reshape", x, shape=tuple(shape))
+    return _build(graph, node, "transpose", split, perm=order)
 
 
 def _split_axis(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:

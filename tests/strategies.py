@@ -1123,23 +1123,40 @@ def graphs(draw, max_nodes: int = 8, ops: Collection[str] | None = None, dtypes:
 def head_split_attention(draw, packed: bool | None = None) -> Graph:
     """Attention over heads as models write it: q, k, v (or one packed qkv tensor, sliced) of shape
     [batch, length, heads * depth] split into heads by reshape + transpose, and the output merged back
-    (or left [batch, heads, length, depth]). The copies the attention template takes in with it."""
+    (or left [batch, heads, length, depth]). The copies the attention template takes in with it. Unpacked, k
+    and v may have fewer heads, each repeated for a group of q's (grouped-query attention, as transformers'
+    repeat_kv writes it: reshape(broadcast_to(reshape(k)))), and a mask may come in ([batch, 1, L, S] bool or
+    [heads, L, S] float)."""
     batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 3))
     length, depth = draw(st.integers(1, 12)), draw(st.sampled_from([2, 4, 8]))
     packed = draw(st.booleans()) if packed is None else packed
     keys = length if packed or draw(st.booleans()) else draw(st.integers(1, 12))
+    repeats = 1 if packed else draw(st.sampled_from([1, 2, 3]))
     width = heads * depth
     b = GraphBuilder("mha")
     if packed:
         qkv = b.input("qkv", [batch, length, 3 * width])
         q, k, v = (b.slice(qkv, start=[0, 0, i * width], stop=[batch, length, (i + 1) * width]) for i in range(3))
     else:
-        q, k, v = b.input("q", [batch, length, width]), b.input("k", [batch, keys, width]), b.input("v", [batch, keys, width])
+        q = b.input("q", [batch, length, width * repeats])
+        k, v = b.input("k", [batch, keys, width]), b.input("v", [batch, keys, width])
 
     def split(x: Value) -> Value:
-        return b.transpose(b.reshape(x, shape=[batch, x.type.shape[1], heads, depth]), perm=[0, 2, 1, 3])
+        parts = x.type.shape[2] // depth
+        return b.transpose(b.reshape(x, shape=[batch, x.type.shape[1], parts, depth]), perm=[0, 2, 1, 3])
 
-    o = b.attention(split(q), split(k), split(v), causal=keys == length and draw(st.booleans()))
+    def repeat(x: Value) -> Value:
+        if repeats == 1:
+            return x
+        wide = b.broadcast_to(b.reshape(x, shape=[batch, heads, 1, keys, depth]),
+                              shape=[batch, heads, repeats, keys, depth])
+        return b.reshape(wide, shape=[batch, heads * repeats, keys, depth])
+
+    causal = keys == length and draw(st.booleans())
+    kind = "none" if causal or packed else draw(st.sampled_from(["none", "bool", "float"]))
+    mask = [] if kind == "none" else [b.input("keep", [batch, 1, length, keys], dtype="bool") if kind == "bool"
+                                      else b.input("bias", [heads * repeats, length, keys])]
+    o = b.attention(split(q), repeat(split(k)), repeat(split(v)), *mask, causal=causal)
     if draw(st.booleans()):
-        o = b.reshape(b.transpose(o, perm=[0, 2, 1, 3]), shape=[batch, length, width])
+        o = b.reshape(b.transpose(o, perm=[0, 2, 1, 3]), shape=[batch, length, width * repeats])
     return b.output(o)

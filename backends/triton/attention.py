@@ -27,9 +27,9 @@ class AttentionMixin:
         acc_loops = self.region(pv) - {kv}
         self.header()
         plan = self.dot_plan(pv)
-        # o_i as the dot's own accumulator: one row loop (the query tile), no batch loop in the dot
-        flat = plan is not None and not plan.bs and len(plan.ms) == 1 and \
-            {d for d in rows if self.loops[d].block > 1} == set(plan.ms)
+        # o_i as the dot's own accumulator: the row loops (the query tile; grouped-query attention's heads of a
+        # group with it, which share k and v) are the dot's rows, no batch loop in the dot
+        flat = plan is not None and not plan.bs and {d for d in rows if self.loops[d].block > 1} == set(plan.ms)
         m, n = (self.numel(plan.ms), self.numel(plan.ns)) if flat else (0, 0)
         self.line(f"m_i = tl.full({self.shape(rows)}, float('-inf'), tl.float32)")
         self.line(f"l_i = tl.zeros({self.shape(rows)}, dtype=tl.float32)")

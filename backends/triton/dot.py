@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tilegraph.ir.ops.layout import MOVES
 from tilegraph.ir.structured import PARALLEL, Arg, Call
 
 from .scalar import compute_type, tl_type
@@ -110,11 +111,18 @@ class DotMixin:
     def static_loops(self, i: int, j: int) -> frozenset[int]:
         """The kernel loops operand j of node i spans, before any code is emitted."""
         node, space = self.domain.nodes[i], self.domain.spaces[i]
-        value = node.inputs[j]
-        if value.producer in self.domain.nodes:
-            p = self.domain.index(value.producer)
-            return self.region(p) - self.domain.reduces(p)
-        return frozenset(d for e in self.domain.compose_map(i, space.inputs[j]).exprs for d, _ in e.terms)
+        return self._spans(node.inputs[j], self.domain.compose_map(i, space.inputs[j]))
+
+    def _spans(self, value, amap) -> frozenset[int]:
+        """The loops `value`, read through `amap`, varies over: a copy made in the kernel (a broadcast of grouped
+        keys over the heads of a group) varies over what its source does, not over every loop of its space."""
+        if value.producer not in self.domain.nodes:
+            return frozenset(d for e in amap.exprs for d, _ in e.terms)
+        p = self.domain.index(value.producer)
+        own = self.region(p) - self.domain.reduces(p)
+        if value.producer.op not in MOVES:
+            return own
+        return own & self._spans(value.producer.inputs[0], self.domain.compose_map(p, self.domain.spaces[p].inputs[0]))
 
     def dot_operand(self, i: int, plan: DotPlan, which: int) -> str:
         """Operand `which` (0: a, 1: b) as a [rows, cols] (or [batch, rows, cols]) block for tl.dot."""

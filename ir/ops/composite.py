@@ -211,9 +211,49 @@ def _attention_scale(q_type, attrs) -> float:
     return attrs["scale"] if attrs["scale"] is not None else 1.0 / math.sqrt(q_type.shape[-1])
 
 
+def _grouped(value, heads: int) -> tuple[object, int] | None:
+    """(the [..., G, R, S, D] broadcast, R) when `value` [..., G * R, S, D] is a group's keys or values repeated R
+    times (grouped-query attention, as transformers' repeat_kv writes it: reshape(broadcast_to(x [..., G, 1, S, D]))),
+    else None."""
+    merge = value.producer
+    if merge is None or merge.op != "reshape":
+        return None
+    expanded = merge.inputs[0]
+    spread = expanded.producer
+    if spread is None or spread.op != "broadcast_to" or expanded.type.rank != value.type.rank + 1:
+        return None
+    shape, source = expanded.type.shape, spread.inputs[0].type.shape
+    lead = value.type.shape[:-3]
+    if shape[:-4] != lead or shape[-2:] != value.type.shape[-2:] or shape[-4] * shape[-3] != heads:
+        return None
+    if len(source) < 4 or source[-3] != 1 or source[-4] != shape[-4] or shape[-3] == 1:
+        return None
+    return expanded, shape[-3]
+
+
+def _group_heads(b, value, groups: int, repeats: int):
+    """`value` [..., H, L, X] (H = groups * repeats, or 1 broadcast over the heads) as [..., G, R, L, X]."""
+    shape = value.type.shape
+    if len(shape) < 3:  # a mask over [L, S] alone: broadcast as it is
+        return value
+    heads = shape[-3]
+    parts = (groups, repeats) if heads == groups * repeats else (1, 1)
+    return b.reshape(value, shape=shape[:-3] + parts + shape[-2:])
+
+
 def _attention_decompose(b, values, attrs):
     q, k, v, *mask = values
     rank = q.type.rank
+    grouped = [_grouped(x, q.type.shape[-3]) for x in (k, v)] if rank >= 4 else [None, None]
+    if all(grouped) and grouped[0][1] == grouped[1][1]:
+        # grouped-query attention: run it over [..., G, R, L, D], reading each group's keys and values through
+        # the broadcast (no copy of them per head), and merge the heads of the result back
+        (k, repeats), (v, _) = grouped
+        groups = k.type.shape[-4]
+        q = _group_heads(b, q, groups, repeats)
+        mask = [_group_heads(b, m, groups, repeats) for m in mask]
+        (out,) = _attention_decompose(b, [q, k, v, *mask], attrs)
+        return [b.reshape(out, shape=out.type.shape[:-4] + (groups * repeats,) + out.type.shape[-2:])]
     perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
     scores = b.mul(b.matmul(q, b.transpose(k, perm=perm)), _attention_scale(q.type, attrs))
     if attrs["causal"]:

@@ -11,6 +11,10 @@ from ..types import TensorType, normalize_axis
 from .elementwise import broadcast_map
 from .registry import LAYOUT, AttrSpec, OpDef, register, same_dtype
 
+# layout ops that only copy: each element of the result is one element of the input, moved (affine through a
+# reshape's refinement space). Inside a kernel they are addressing, not storage.
+MOVES = ("transpose", "reshape", "slice", "broadcast_to")
+
 
 def _copy_space(result: TensorType, input_map: AffineMap) -> IterationSpace:
     rank = result.rank

@@ -31,13 +31,13 @@ from tilegraph.ir.domain import (FULL, KernelDomain, Misaligned, group_structure
                                  with_kinds)
 from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.index_values import index_only
+from tilegraph.ir.ops.layout import MOVES
 from tilegraph.ir.ops.registry import ELEMENTWISE
 from tilegraph.ir.structured import PARALLEL, REDUCTION
 from tilegraph.ir.templates import KernelTemplate, register_template
 
 MATMULS = ("matmul", "batch_matmul")
 MAX_CHAIN = 8
-MOVES = ("transpose", "reshape", "slice", "broadcast_to")  # copies, affine (a reshape: its refinement space)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _moving(node: Node | None) -> bool:
 
 
 def _moved_in(values: list[Value], inside: set[Node], outputs: set[Value]) -> dict[Node, None]:
-    """The copies that move tensors computed elsewhere into `values` (q, k, v), each read only by the
+    """The copies that move tensors computed elsewhere into `values` (q, k, v, a mask), each read only by the
     pattern or by the other copies (one packed qkv split into heads serves all three)."""
     moved: dict[Node, None] = {}
     pending, progress = list(values), True
@@ -171,6 +171,7 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
 
     nodes: dict[Node, None] = {}
     side: dict[Node, None] = {}  # index-only subgraphs feeding the chain (a causal mask, a constant)
+    operands: list[Value] = []  # the chain's other tensors (a mask, a bias): copies may move them in too
     memo: dict[Value, bool] = {}
     cur = s.producer
     for _ in range(MAX_CHAIN + 1):
@@ -187,6 +188,8 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
         for v in cur.inputs:
             if v is not path[0] and index_only(v, memo):
                 _index_subgraph(v, side)
+            elif v is not path[0]:
+                operands.append(v)
         nodes[cur] = None
         cur = path[0].producer
     else:
@@ -205,7 +208,7 @@ def match_attention(pv: Node, moves: bool = True) -> AttentionMatch | str | None
                         "score matrix would have to be materialised")
     # the copies around it, as many as keep the loops aligned (each prefix of the copies moving q, k, v in,
     # nearest first, takes in every reader of what it holds); at least k's transpose (k^T), where it is one
-    moved_in = list(_moved_in([qk.inputs[0], qk.inputs[1], pv.inputs[1]], set(nodes), outputs))
+    moved_in = list(_moved_in([qk.inputs[0], qk.inputs[1], pv.inputs[1], *operands], set(nodes), outputs))
     moved_out = tuple(_moved_out(pv.result, outputs))
     kt = qk.inputs[1].producer
     kt_only = [kt] if kt is not None and kt.op == "transpose" and kt.users == [qk] and kt.result not in outputs else []

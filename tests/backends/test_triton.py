@@ -26,15 +26,15 @@ import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
 from tilegraph.backends import triton as tgt  # noqa: E402
 from tilegraph.backends.triton import autotune  # noqa: E402
-from tilegraph.backends.triton.kernel import MAX_NUMEL  # noqa: E402
+from tilegraph.backends.triton.kernel import MAX_NUMEL, KernelEmitter  # noqa: E402
 from tilegraph.backends.triton.names import mangle  # noqa: E402
 from tilegraph.frontends.dsl import parse  # noqa: E402
 from tilegraph.ir import GraphBuilder, TilegraphError  # noqa: E402
 from tilegraph.passes import PassManager  # noqa: E402
 
 from strategies import head_split_attention  # noqa: E402
-from triton_cases import (CASES, EXAMPLES, assert_same, check, check_random, precision_in_force,  # noqa: E402
-                          tiny_program)
+from triton_cases import (CASES, EXAMPLES, assert_same, check, check_random, half_precision,  # noqa: E402
+                          precision_in_force, tiny_program)
 
 
 @pytest.fixture(autouse=True)
@@ -289,9 +289,40 @@ def test_random_graphs_match_the_reference(data):
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 def test_attention_reads_and_writes_through_the_head_split_and_merge(graph):
     fn = check(graph)
-    if len(graph.inputs) == 3 and graph.inputs[1].type.shape[1] > 1:  # q, k, v (not sliced from one qkv)
+    if graph.inputs[0].name == "q" and graph.inputs[1].type.shape[1] > 1:  # q, k, v (not sliced from one qkv)
         (source,) = fn.generated.kernels  # read before the split and written after the merge: no copy made
         assert set(source.args) == set(fn.program.graph.inputs) | set(fn.program.graph.outputs)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_grouped_query_attention_packs_a_groups_heads_into_the_rows(dtype):
+    """Grouped-query attention (k and v repeated per head as repeat_kv writes them): one kernel reads each group's
+    k and v once, through their broadcast; where it tiles several heads of a group, they are rows of one 2-D
+    tl.dot with the query positions (no batched dot), and the result matches the reference."""
+    batch, groups, repeats, length, depth = 2, 2, 4, 32, 16
+    b = GraphBuilder("gqa")
+    q = b.input("q", [batch, groups * repeats, length, depth], dtype=dtype)
+    k, v = (b.input(n, [batch, groups, length, depth], dtype=dtype) for n in "kv")
+
+    def repeat(x):
+        wide = b.broadcast_to(b.reshape(x, shape=[batch, groups, 1, length, depth]),
+                              shape=[batch, groups, repeats, length, depth])
+        return b.reshape(wide, shape=[batch, groups * repeats, length, depth])
+
+    graph = b.output(b.attention(q, repeat(k), repeat(v), causal=True))
+    fn = check(graph)
+    (kernel,) = [k for k in fn.program.kernels if k.kind == "attention"]
+    assert [k.kind for k in fn.program.kernels] == ["attention"], "no copy of k or v per head"
+    (heads,) = [n for n, loop in enumerate(kernel.domain.loops) if loop.extent == repeats]
+    name = kernel.domain.loops[heads].name
+    packed = kernel.with_tiles(tuple((n, repeats if n == name else t) for n, t in kernel.tiles))
+    emitter = KernelEmitter(packed, packed.domain, "k", options=fn.options)
+    plans = [emitter.dot_plan(i) for i, node in enumerate(packed.domain.nodes) if node.op == "matmul"]
+    assert len(plans) == 2 and all(p is not None and not p.bs and heads in p.ms for p in plans)
+    again = tgt.build(replace(fn.program, kernels=(packed,)), fn.params)
+    inputs = reference.random_inputs(graph)
+    assert_same(again(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs],
+                half_precision(graph))
 
 
 # ----- intermediates live in one arena ---------------------------------------------------------------------

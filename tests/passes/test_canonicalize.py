@@ -104,6 +104,47 @@ def test_double_transpose_keeps_an_inner_transpose_used_elsewhere():
     assert after.outputs[0] is after.inputs[0]
 
 
+def test_a_transpose_of_merged_axes_moves_before_the_merge():
+    """transpose(reshape(x)) merging [b, g, r, l, d] into [b, g * r, l, d]: the transpose reads x (the merged axes
+    moved together), the merge comes last; a reshape that splits an axis (a head split) stays first."""
+    b, (x,) = builder("f32[2, 3, 4, 5, 6]")
+    g = b.output(b.transpose(b.reshape(x, shape=(2, 12, 5, 6)), perm=(0, 2, 1, 3)))
+    after = run_canon(g)
+    assert ops(after) == ["transpose", "reshape"]
+    assert after.nodes[0].inputs[0] is after.inputs[0] and after.nodes[0].attrs["perm"] == (0, 3, 1, 2, 4)
+    assert_same_results(g, after)
+    b, (x,) = builder("f32[2, 5, 24]")
+    split = b.output(b.transpose(b.reshape(x, shape=(2, 5, 4, 6)), perm=(0, 2, 1, 3)))
+    assert ops(run_canon(split)) == ["reshape", "transpose"]
+
+
+@given(st.sampled_from([(6, 4, 5), (2, 12, 5), (2, 3, 20), (6, 20), (24, 5), (2, 60), (2, 3, 2, 10), (2, 3, 4, 5)]),
+       st.data())
+def test_a_transpose_after_any_reshape_keeps_its_meaning(shape, data):
+    perm = tuple(data.draw(st.permutations(range(len(shape)))))
+    b, (x,) = builder("f32[2, 3, 4, 5]")
+    g = b.output(b.exp(b.transpose(b.reshape(x, shape=shape), perm=perm)))
+    after = run_canon(g)
+    assert_same_results(g, after)
+    if perm != tuple(range(len(shape))) and len(shape) < 4:  # merges only: the transpose reads x itself
+        assert ops(after)[0] == "transpose" and after.nodes[0].inputs[0] is after.inputs[0]
+
+
+@given(st.permutations(range(3)), st.lists(st.booleans(), min_size=3, max_size=3))
+def test_a_split_after_a_transpose_moves_before_it(perm, splits):
+    """reshape(transpose(x)) that only splits axes: the split comes first, the transpose reads it through bare
+    loops (grouped-query attention's q, split into groups after its head split), with the same meaning."""
+    factors = {6: (2, 3), 4: (2, 2), 5: (5,)}
+    b, (x,) = builder("f32[6, 4, 5]")
+    moved = b.transpose(x, perm=tuple(perm))
+    shape = tuple(f for size, split in zip(moved.type.shape, splits) for f in (factors[size] if split else (size,)))
+    g = b.output(b.exp(b.reshape(moved, shape=shape)))
+    after = run_canon(g)
+    assert_same_results(g, after)
+    if len(shape) > 3 and perm != [0, 1, 2]:
+        assert ops(after) == ["reshape", "transpose", "exp"]
+
+
 def test_identity_transpose_disappears():
     b, (x,) = builder("f32[2, 3]")
     g = b.output(b.exp(b.transpose(x, perm=(0, 1))))
@@ -327,6 +368,42 @@ def test_composites_are_decomposed(make):
     assert not any(node.opdef.is_composite for node in program.graph.nodes)
     assert program.properties == {"canonical", "decomposed"}
     assert_same_results(g, program.graph)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "keep [b, 1, l, s]", "bias [h, l, s]", "bias [l, s]",
+                                  "keep [b, h, l, s]"])
+def test_grouped_query_attention_reads_each_group_once(mask):
+    """k and v repeated per head as transformers' repeat_kv writes them (reshape(broadcast_to(reshape(x)))): the
+    decomposition runs over [b, g, r, l, d], reading them through the broadcast, so no [b, h, s, d] copy is left;
+    the heads are merged after. Every mask shape keeps its meaning."""
+    batch, groups, repeats, length, depth = 2, 2, 3, 5, 4
+    heads = groups * repeats
+    b = GraphBuilder("gqa")
+    q = b.input("q", [batch, heads, length, depth])
+    k, v = (b.input(n, [batch, groups, length, depth]) for n in "kv")
+
+    def repeat(x):
+        wide = b.broadcast_to(b.reshape(x, shape=[batch, groups, 1, length, depth]),
+                              shape=[batch, groups, repeats, length, depth])
+        return b.reshape(wide, shape=[batch, heads, length, depth])
+
+    shapes = {"keep [b, 1, l, s]": [batch, 1, length, length], "bias [h, l, s]": [heads, length, length],
+              "bias [l, s]": [length, length], "keep [b, h, l, s]": [batch, heads, length, length]}
+    extra = [b.input("m", shapes[mask], dtype="bool" if mask.startswith("keep") else "f32")] if mask in shapes else []
+    g = b.output(b.attention(q, repeat(k), repeat(v), *extra, causal=mask == "causal"))
+    after = run_canon(g)
+    matmuls = [n for n in after.nodes if n.op == "matmul"]
+    assert [n.result.type.shape for n in matmuls] == [(batch, groups, repeats, length, length),
+                                                      (batch, groups, repeats, length, depth)]
+    assert not any(n.op == "reshape" and n.inputs[0].producer is not None and n.inputs[0].producer.op == "broadcast_to"
+                   for n in after.nodes), "no copy of k or v per head"
+    if mask.startswith("keep"):  # (all false rows: -inf everywhere, NaN on both sides; keep one key per row)
+        inputs = reference.random_inputs(g)
+        inputs[-1][..., 0] = True
+        want, got = reference.run(g, inputs), reference.run(after, inputs)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    else:
+        assert_same_results(g, after)
 
 
 def test_decompose_false_keeps_composites():

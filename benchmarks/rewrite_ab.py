@@ -1,0 +1,155 @@
+"""A graph rewrite on the CPU, A/B in one process: a model's C++ Program built with the rewrite against the same
+graph built without it, calls alternating.
+
+    python benchmarks/rewrite_ab.py concat               # writes benchmarks/results/concat_ab.md
+    python benchmarks/rewrite_ab.py grouped_attention    # writes benchmarks/results/grouped_attention_ab.md
+    python benchmarks/rewrite_ab.py concat --models vit_base --calls 21
+
+Rewrites (`REWRITES`): `concat`, the structured concat (a select between padded reads; canonicalize reads its
+operands' slices and negations in place) against concats as copies; `grouped_attention`, grouped-query attention
+decomposed over [b, g, r, l, d] (each group's keys and values read through their broadcast) against the
+[b, h, l, d] decomposition of k and v copied per head. Models are rows of `dynamo_gpu.py --cpu`. Between
+processes this 2-core machine's times for one Program spread by several percent; alternating calls of both
+builds in one process put the same load on each. The median ms of each and their ratio; for the GPU, the Triton
+Program's launches and modelled bytes (its kernels' inputs and outputs) at batch 32 in bf16.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@contextlib.contextmanager
+def concat_as_copies() -> Iterator[None]:
+    """Concats as layout copies: the structured space and canonicalize's concat rule off."""
+    from tilegraph.ir import domain
+    from tilegraph.ir.ops import layout
+    from tilegraph.passes import canonicalize
+
+    rule, reads = canonicalize.SIMPLIFICATIONS["concat"], layout.CONCAT_READS
+    layout.CONCAT_READS, canonicalize.SIMPLIFICATIONS["concat"] = 0, (lambda graph, node: None)
+    domain._SPACES.clear()  # spaces are memoised per node structure
+    try:
+        yield
+    finally:
+        layout.CONCAT_READS, canonicalize.SIMPLIFICATIONS["concat"] = reads, rule
+        domain._SPACES.clear()
+
+
+@contextlib.contextmanager
+def attention_per_head() -> Iterator[None]:
+    """Grouped-query attention decomposed as any other: k and v repeated per head, then [b, h, l, d]."""
+    from tilegraph.ir.ops import composite
+
+    grouped = composite._grouped
+    composite._grouped = lambda value, heads: None
+    try:
+        yield
+    finally:
+        composite._grouped = grouped
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A rewrite to compare: `without()` switches it off for the builds inside it."""
+
+    without: Callable[[], contextlib.AbstractContextManager]
+    models: str
+    off: str  # the build without it, as the table names it
+    on: str
+
+
+REWRITES = {
+    "concat": Rewrite(concat_as_copies, "llama_4layer,vit_base", "copies", "fused"),
+    "grouped_attention": Rewrite(attention_per_head, "llama_4layer", "per head", "grouped"),
+}
+
+
+def compare(rewrite: Rewrite, model: str, calls: int) -> str:
+    """One model's table row: kernels and median ms without and with the rewrite, their ratio, and the Triton
+    Program's launches and bytes at batch 32 in bf16 without and with it."""
+    import torch
+
+    import dynamo_gpu
+    import tilegraph
+    from tilegraph.driver import compile_program
+    from tilegraph.frontends.fx import from_module
+
+    def graph_of(batch: int, dtype):
+        module, inputs = dynamo_gpu.builders()[model](batch, False, None)
+        module = module.eval().to(dtype)
+        inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
+        with torch.no_grad():
+            return from_module(module, inputs), inputs
+
+    graph, inputs = graph_of(1, torch.float32)
+    wide, _ = graph_of(32, torch.bfloat16)
+    builds, gpu = {}, {}
+    for label, switch in ((rewrite.off, rewrite.without), (rewrite.on, contextlib.nullcontext)):
+        with switch():
+            builds[label] = tilegraph.compile(graph, target="cpp", program_cache=False)
+            program, _ = compile_program(wide, None, "gpu-h100")
+        gpu[label] = (len(program.kernels), sum(k.io_bytes for k in program.kernels) / 2 ** 20)
+    arrays = [x.numpy() for x in inputs]
+    times: dict[str, list[float]] = {label: [] for label in builds}
+    for fn in builds.values():
+        fn(*arrays)
+    for _ in range(calls):
+        for label, fn in builds.items():
+            start = time.perf_counter()
+            fn(*arrays)
+            times[label].append(time.perf_counter() - start)
+    ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
+    kernels = {label: len(fn.program.kernels) for label, fn in builds.items()}
+    off, on = rewrite.off, rewrite.on
+    return (f"| {model} | {kernels[off]} | {ms[off]:.2f} | {kernels[on]} | {ms[on]:.2f} | {ms[on] / ms[off]:.3f} | "
+            f"{gpu[off][0]} / {gpu[off][1]:.0f} | {gpu[on][0]} / {gpu[on][1]:.0f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rewrite", choices=sorted(REWRITES))
+    parser.add_argument("--models", default=None, help="rows of dynamo_gpu.py --cpu (default: the rewrite's)")
+    parser.add_argument("--calls", type=int, default=31)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    import torch
+
+    rewrite = REWRITES[args.rewrite]
+    models = args.models or rewrite.models
+    torch.set_num_threads(args.threads)
+    rows = []
+    for model in models.split(","):
+        rows.append(compare(rewrite, model, args.calls))
+        print(rows[-1], flush=True)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    off, on = rewrite.off, rewrite.on
+    out = RESULTS / f"{args.rewrite}_ab.md"
+    out.write_text(f"""# {args.rewrite}: {on} against {off} on the CPU, in one process
+
+Run {when} by `python benchmarks/rewrite_ab.py {args.rewrite} --models {models} --calls {args.calls}`
+({args.threads} threads, torch {torch.__version__}). Each model's C++ Program built twice from one graph (batch 1,
+f32), {off} and {on} (`rewrite_ab.py` says what each means); median ms of {args.calls} alternating calls. Ratio
+below 1: {on} is faster. GPU: the Triton Program of the same model at batch 32 in bf16, built both ways (not
+run): launches / MiB its kernels read and write.
+
+| model | kernels ({off}) | ms ({off}) | kernels ({on}) | ms ({on}) | {on} / {off} | GPU ({off}) | GPU ({on}) |
+|---|---:|---:|---:|---:|---:|---:|---:|
+""" + "\n".join(rows) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
