@@ -3,12 +3,14 @@ graph built without it, calls alternating.
 
     python benchmarks/rewrite_ab.py concat               # writes benchmarks/results/concat_ab.md
     python benchmarks/rewrite_ab.py grouped_attention    # writes benchmarks/results/grouped_attention_ab.md
+    python benchmarks/rewrite_ab.py sink                 # writes benchmarks/results/sink_ab.md
     python benchmarks/rewrite_ab.py concat --models vit_base --calls 21
 
 Rewrites (`REWRITES`): `concat`, the structured concat (a select between padded reads; canonicalize reads its
 operands' slices and negations in place) against concats as copies; `grouped_attention`, grouped-query attention
 decomposed over [b, g, r, l, d] (each group's keys and values read through their broadcast) against the
-[b, h, l, d] decomposition of k and v copied per head. Models are rows of `dynamo_gpu.py --cpu`. Between
+[b, h, l, d] decomposition of k and v copied per head; `sink`, the fuse pass's sinking round (a kernel's last
+elementwise node moved into its only reader's kernel: Llama's q * cos into the rotary kernel). Models are rows of `dynamo_gpu.py --cpu`. Between
 processes this 2-core machine's times for one Program spread by several percent; alternating calls of both
 builds in one process put the same load on each. The median ms of each and their ratio; for the GPU, the Triton
 Program's launches and modelled bytes (its kernels' inputs and outputs) at batch 32 in bf16.
@@ -60,6 +62,19 @@ def attention_per_head() -> Iterator[None]:
         composite._grouped = grouped
 
 
+@contextlib.contextmanager
+def no_sinking() -> Iterator[None]:
+    """The fuse pass without its sinking round (a last elementwise node stays with its producer)."""
+    from tilegraph.passes.fusion.fuse import _Fuser
+
+    sink = _Fuser.sink
+    _Fuser.sink = lambda self: None
+    try:
+        yield
+    finally:
+        _Fuser.sink = sink
+
+
 @dataclass(frozen=True)
 class Rewrite:
     """A rewrite to compare: `without()` switches it off for the builds inside it."""
@@ -73,6 +88,7 @@ class Rewrite:
 REWRITES = {
     "concat": Rewrite(concat_as_copies, "llama_4layer,vit_base", "copies", "fused"),
     "grouped_attention": Rewrite(attention_per_head, "llama_4layer", "per head", "grouped"),
+    "sink": Rewrite(no_sinking, "llama_4layer", "kept", "sunk"),
 }
 
 

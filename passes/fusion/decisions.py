@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from tilegraph.ir.program import Program
 
-RULES = ("elementwise", "epilogue", "prologue", "reduction", "sibling", "alone")  # plus one per kernel template
+RULES = ("elementwise", "epilogue", "prologue", "reduction", "sink", "sibling", "alone")  # plus one per kernel template
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """The fuse pass: group nodes into kernels using the structured-op description, not per-op rules.
 
-Greedy, in three rounds, each merge checked the same way:
+Greedy, in four rounds, each merge checked the same way:
 1. attention patterns become one FlashAttention kernel each (closed to further merges);
 2. every producer -> consumer edge, consumers in graph order (so an elementwise op joins its
    producer's kernel as an epilogue before it could join its consumer as a prologue);
-3. siblings: kernels that read the same tensor through the same map share one tile of it.
+3. sinking: a kernel's last elementwise node moves into the one kernel that reads it, where that saves
+   traffic (round 2 put it with its producer first);
+4. siblings: kernels that read the same tensor through the same map share one tile of it.
 
 A merge is legal when the merged group is still a DAG node in the kernel graph (no cycle), its
 loops align (`domain.kernel_domain`), it has at most one contraction/window (two would recompute
@@ -24,7 +26,7 @@ from dataclasses import dataclass, replace
 from tilegraph.ir.domain import (ANCHORS, FULL, KernelDomain, Misaligned, aligned_domain, group_structure,
                                  node_key, structured_space, whole_anchor_loop)
 from tilegraph.ir.graph import Graph, Node
-from tilegraph.ir.ops.registry import REDUCTION as REDUCTION_OP
+from tilegraph.ir.ops.registry import ELEMENTWISE, REDUCTION as REDUCTION_OP
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.templates import GENERIC, KernelTemplate, TemplateMatch, templates
 
@@ -42,6 +44,7 @@ class FuseOptions:
     # merge), reading and writing through their maps (the C++ backend makes such copies once per tile)
     prologues: bool = True  # elementwise producers into matmul/conv (recomputed per tile of the other side)
     siblings: bool = True  # consumers of one tensor share a kernel (multi-output)
+    sink: bool = True  # a kernel's last elementwise node moves into its only reader's kernel where that saves traffic
     flops_per_byte: float = 8.0  # machine balance: recompute is worth it when flops / this < bytes saved
     nominal_tile: int = 64  # tile size assumed to estimate recompute before tiling
     max_full_elements: int = 65536  # largest row (elements) a kernel may keep whole on chip
@@ -178,6 +181,15 @@ class _Groups:
             self.kind[a] = kind
         return a
 
+    def move(self, node: Node, a: int, b: int, domains: tuple[KernelDomain, KernelDomain]) -> None:
+        """`node` out of group `a` into group `b`, with their new loop nests."""
+        self.members[a] = [n for n in self.members[a] if n is not node]
+        self.members[b] = sorted(self.members[b] + [node], key=self.order.__getitem__)
+        self.of[node] = b
+        self.domains[a], self.domains[b] = domains
+        for g in (a, b):
+            self.last[g] = self.order[self.members[g][-1]]
+
     def domain(self, group: int) -> KernelDomain | None:
         if group not in self.domains:
             try:
@@ -263,9 +275,58 @@ class _Fuser:
                 producer = value.producer
                 if producer is not None and self.groups.of[producer] != self.groups.of[node]:
                     self.try_merge(self.groups.of[producer], self.groups.of[node], value, producer, node)
+        if self.options.sink:
+            self.sink()
         if self.options.siblings:
             self.siblings()
         return self.groups.kernels()
+
+    def sink(self) -> None:
+        """Move a kernel's last elementwise node into the one kernel that reads it, where that saves traffic:
+        producers come first in round 2, so Llama's q * cos joined the transpose of q (one tile of both) and
+        was written and read again by the rotary kernel, which reads that transpose anyway."""
+        groups = self.groups
+        moved = True
+        while moved:
+            moved = False
+            for node in self.graph.nodes:
+                ga = groups.of[node]
+                users = {groups.of[u] for u in node.users}
+                if (len(groups.members[ga]) < 2 or ga in groups.locked or node.opdef.category != ELEMENTWISE
+                        or len(users) != 1 or ga in users or node.result in self.graph.outputs):
+                    continue
+                (gb,) = users
+                if gb not in groups.locked and self.try_sink(node, ga, gb):
+                    moved = True
+
+    def try_sink(self, node: Node, ga: int, gb: int) -> bool:
+        """Move `node` from group `ga` to `gb` (which alone reads it) if both stay legal kernels, no result is
+        written twice, traffic falls and any recompute is worth it (as `try_merge` weighs a merge)."""
+        groups, options = self.groups, self.options
+        a, b = groups.members[ga], groups.members[gb]
+        rest = [n for n in a if n is not node]
+        taken = sorted(b + [node], key=groups.order.__getitem__)
+        try:
+            domains = groups.aligned(rest), groups.aligned(taken)
+        except Misaligned:
+            return False
+        if any(_illegal(d, options) or self.repeated_output(d, nodes)
+               for d, nodes in zip(domains, (rest, taken))):
+            return False
+        saved = io_bytes(a) + io_bytes(b) - io_bytes(rest) - io_bytes(taken)
+        before = {}
+        for g in (ga, gb):
+            part = groups.domain(g)
+            if part is not None:
+                before.update(recompute(part, options.nominal_tile))
+        after = {**recompute(domains[0], options.nominal_tile), **recompute(domains[1], options.nominal_tile)}
+        flops = sum(max(f - before.get(n, 0), 0) for n, f in after.items())
+        if saved <= 0 or (flops and flops / options.flops_per_byte >= saved):
+            return False
+        groups.move(node, ga, gb, domains)
+        self.record("sink", True, [node], b, node.result, f"the only reader's kernel; saves {saved} bytes", saved,
+                    flops)
+        return True
 
     def apply(self, template: KernelTemplate) -> None:
         """Make a kernel of every match of `template` (before the generic merges)."""

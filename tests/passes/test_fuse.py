@@ -49,6 +49,30 @@ def test_matmul_bias_relu_is_one_kernel():
     assert rules == {"epilogue"}
 
 
+ROTARY_AFTER_TRANSPOSE = """def f(x: f32[2, 5, 3, 8], c: f32[5, 8], s: f32[5, 8]) -> f32[2, 3, 5, 8] {
+    let q = transpose(relu(x), perm=[0, 2, 1, 3])
+    let half = concat(neg(slice(q, start=[0, 0, 0, 4], stop=[2, 3, 5, 8])), slice(q, start=[0, 0, 0, 0], stop=[2, 3, 5, 4]), axis=3)
+    return q * c + half * s
+}"""
+
+
+def test_a_last_elementwise_node_sinks_into_its_only_readers_kernel():
+    """Llama's rotary embedding after its head split: q * cos joins the kernel making q (round 2 takes producers
+    first), but the rotary kernel reads q anyway (at shifted windows, so it cannot join that kernel): the multiply
+    moves there, and q * cos is neither written nor read again."""
+    graph = parse(ROTARY_AFTER_TRANSPOSE)
+    program = fused(graph)
+    making_q = kernel_of(program, "relu")
+    assert ops(making_q) == ["relu", "transpose"]
+    rotary = kernel_of(program, "concat")
+    assert ops(rotary).count("mul") == 3  # q * c, the concat's signs, half * s
+    assert any(d.rule == "sink" and d.accepted for d in program.notes["fusion"])
+    kept = fused(graph, "{sink=false}")
+    assert ops(kernel_of(kept, "relu")) == ["relu", "transpose", "mul"]
+    saved = sum(k.io_bytes for k in kept.kernels) - sum(k.io_bytes for k in program.kernels)
+    assert saved == 2 * 2 * 3 * 5 * 8 * 4  # q * c written once and read once
+
+
 def test_softmax_is_one_kernel_with_a_whole_row():
     b = GraphBuilder("sm")
     b.output(b.softmax(b.input("x", [4, 10]), axis=-1))
