@@ -68,7 +68,9 @@ class LibraryCall:
         import torch
 
         a, b, out = self.a.of(args), self.b.of(args), self.out.of(args)
-        with _precision(torch, out, self.tf32):
+        # no autograd, as for the Triton kernels (out= refuses operands that require grad, such as a module's
+        # weights read in place)
+        with torch.no_grad(), _precision(torch, out, self.tf32):
             if self.c is None:
                 torch.matmul(a, b, out=out)
                 return
@@ -105,24 +107,29 @@ def _rows(a, b, c, out):
 @contextmanager
 def _precision(torch, out, tf32: bool):
     """torch's f32 matmul precision set to the program's for the call where they differ (CUDA f32 only; restored
-    after). Read and set through `allow_tf32`, the flag the build read (`TritonOptions.from_torch`): torch refuses
-    a read of one API after the other set a different state."""
+    after). Read and set through `allow_tf32`, the flag the build read (`TritonOptions.from_torch`), or through
+    `fp32_precision` where the caller set that one: torch refuses a read of one after the other set another."""
     if out.dtype != torch.float32 or out.device.type != "cuda":
         yield
         return
     flags = torch.backends.cuda.matmul
-    with warnings.catch_warnings():  # newer torch deprecates this spelling
+    with warnings.catch_warnings():  # newer torch deprecates the allow_tf32 spelling
         warnings.simplefilter("ignore")
-        before = bool(flags.allow_tf32)
-        if before != tf32:
-            flags.allow_tf32 = tf32
+        try:
+            name, before = "allow_tf32", bool(flags.allow_tf32)
+            wanted = tf32
+        except RuntimeError:
+            name, before = "fp32_precision", flags.fp32_precision
+            wanted = "tf32" if tf32 else "ieee"
+        if before != wanted:
+            setattr(flags, name, wanted)
     try:
         yield
     finally:
-        if before != tf32:
+        if before != wanted:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                flags.allow_tf32 = before
+                setattr(flags, name, before)
 
 
 def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],

@@ -231,6 +231,15 @@ def test_library_calls_can_be_switched_off(monkeypatch):
     assert "library (torch.matmul)" not in fn.timings[position].get("tiles", {})
 
 
+def test_a_call_takes_weights_that_require_grad():
+    """A module's weights read in place require grad; the call runs outside autograd, as the kernels do."""
+    call = library.LibraryCall("k", library.Operand(0), library.Operand(1), library.Operand(2), None, False)
+    a, b = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    out = torch.empty(3, 5)
+    call[(1,)](a, b, out, num_warps=4, num_stages=3)
+    torch.testing.assert_close(out, (a @ b).detach())
+
+
 def test_the_cache_entry_keeps_the_library_flag(tmp_path):
     cache = autotune.ConfigCache(tmp_path / "c.json")
     cache.put("k", autotune.Choice(8, 3, library=True))
