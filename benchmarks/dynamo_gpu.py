@@ -23,6 +23,7 @@ import argparse
 import datetime
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -170,8 +171,8 @@ def openmp_facts(torch) -> str:
         maps = Path("/proc/self/maps").read_text().splitlines()
     except OSError:
         maps = []
-    runtimes = sorted({line.split()[-1].rsplit("/", 1)[-1] for line in maps
-                       if "omp" in line.rsplit("/", 1)[-1] and ".so" in line})
+    runtimes = sorted({name for name in (line.split()[-1].rsplit("/", 1)[-1] for line in maps)
+                       if re.match(r"lib[gi]?omp[-.]", name)})
     policy = os.environ.get("OMP_WAIT_POLICY", "unset")
     return (f"threads: torch {torch.get_num_threads()}, CPUs {len(os.sched_getaffinity(0))} of {os.cpu_count()}; "
             f"OpenMP {', '.join(runtimes) or 'none found'}; OMP_WAIT_POLICY {policy}")
