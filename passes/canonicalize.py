@@ -326,17 +326,8 @@ def _transpose_before_reshape(graph: Graph, node: Node, reshape: Node) -> Value 
     groups = _reshape_groups(x.type.shape, reshape.result.type.shape)
     if groups is None or len(groups) < 2 or any(len(outs) != 1 for _, outs in groups):
         return None  # (a reshape that splits an axis is a head split: transposed after it, it moves q, k, v)
-    perm = node.attrs["perm"]
-    group_of = {axis: n for n, (_, outs) in enumerate(groups) for axis in outs}
-    order: list[int] = []
-    for position, axis in enumerate(perm):
-        n = group_of[axis]
-        outs = groups[n][1]
-        if axis == outs[0]:  # the group starts here: its other axes must follow, in order
-            if tuple(perm[position:position + len(outs)]) != tuple(outs):
-                return None
-            order.append(n)
-    source_perm = tuple(axis for n in order for axis in groups[n][0])
+    merged_from = {outs[0]: ins for ins, outs in groups}  # each axis of the reshape's result: the axes it merges
+    source_perm = tuple(axis for merged in node.attrs["perm"] for axis in merged_from[merged])
     if source_perm == tuple(range(len(source_perm))):
         return None
     moved = _build(graph, node, "transpose", x, perm=source_perm)

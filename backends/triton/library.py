@@ -27,6 +27,7 @@ from .options import TritonOptions
 CONTRACTIONS = ("matmul", "batch_matmul")  # the ops torch.matmul computes with the same broadcasting
 DTYPES = (DType.f16, DType.bf16, DType.f32)
 SWITCH = "TILEGRAPH_LIBRARY_CALLS"
+LABEL = "library (torch.matmul)"  # the candidate's name in the tuner's timings
 
 
 def enabled() -> bool:
@@ -182,4 +183,4 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
                        options.precision(product.op) == "tf32")
 
 
-__all__ = ["LibraryCall", "Operand", "library_call", "enabled", "SWITCH"]
+__all__ = ["LibraryCall", "Operand", "library_call", "enabled", "SWITCH", "LABEL"]

@@ -135,8 +135,8 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
         if key in state.launches:  # a kernel equal to one tuned here (a repeated layer): its variant, compiled once
             install(compiled, state, source, *state.launches[key])
             return found.config
-        if (found.tiles is None and not found.library) or _install_choice(compiled, state, position, source, found,
-                                                                           key):
+        as_generated = found.tiles is None and not found.library
+        if as_generated or _install_choice(compiled, state, position, source, found, key):
             state.chosen[key] = found
             return found.config
     budget = state.budget
@@ -258,7 +258,7 @@ def _library_if_faster(compiled, state, position, launch, source, warm=None) -> 
     try:
         times["generated"] = do_bench(lambda: launch(warps, stages), warmup=5, rep=20)
         install(compiled, state, source, call, source.grid)
-        times[variants.Variant((), library=True).label()] = do_bench(lambda: launch(warps, stages), warmup=5, rep=20)
+        times[library.LABEL] = do_bench(lambda: launch(warps, stages), warmup=5, rep=20)
     except Exception:  # noqa: BLE001 (either failing: the generated kernel stays)
         install(compiled, state, source)
         return

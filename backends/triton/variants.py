@@ -29,6 +29,7 @@ from tilegraph.ir.tile_model import accumulator_limit, candidates, evaluate, fee
 
 from .dot import GROUP_M, MIN_DOT
 from .kernel import KernelEmitter, KernelSource
+from .library import LABEL
 from .options import TritonOptions
 
 MAX_MN = 256  # rows / columns of one tl.dot block
@@ -49,7 +50,7 @@ class Variant:
 
     def label(self) -> str:
         if self.library:
-            return "library (torch.matmul)"
+            return LABEL
         return " ".join(f"{name}={size}" for name, size in self.tiles) + f" group {self.group_m}"
 
 

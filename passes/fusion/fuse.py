@@ -314,13 +314,7 @@ class _Fuser:
                for d, nodes in zip(domains, (rest, taken))):
             return False
         saved = io_bytes(a) + io_bytes(b) - io_bytes(rest) - io_bytes(taken)
-        before = {}
-        for g in (ga, gb):
-            part = groups.domain(g)
-            if part is not None:
-                before.update(recompute(part, options.nominal_tile))
-        after = {**recompute(domains[0], options.nominal_tile), **recompute(domains[1], options.nominal_tile)}
-        flops = sum(max(f - before.get(n, 0), 0) for n, f in after.items())
+        flops, _ = self.more_recompute((ga, gb), domains)
         if saved <= 0 or (flops and flops / options.flops_per_byte >= saved):
             return False
         groups.move(node, ga, gb, domains)
@@ -428,14 +422,7 @@ class _Fuser:
         if repeated is not None:
             return refuse(repeated)
         saved = io_bytes(a) + io_bytes(b) - io_bytes(merged)
-        before = {}
-        for g in (ga, gb):
-            part = groups.domain(g)
-            if part is not None:
-                before.update(recompute(part, options.nominal_tile))
-        after = recompute(domain, options.nominal_tile)
-        recomputed = [n for n, f in after.items() if n not in before or f > before[n]]
-        flops = sum(after[n] - before.get(n, 0) for n in recomputed)
+        flops, recomputed = self.more_recompute((ga, gb), (domain,))
         if saved <= 0:
             return refuse("saves no off-chip traffic", saved, flops)
         if flops and flops / options.flops_per_byte >= saved:
@@ -447,6 +434,19 @@ class _Fuser:
             reason += f"; recompute {flops} flops < {saved} bytes x {options.flops_per_byte:g} flops/byte"
         self.record(rule, True, a, b, via, reason, saved, flops, recomputed)
         return True
+
+    def more_recompute(self, groups: tuple[int, ...], domains: tuple[KernelDomain, ...]) -> tuple[int, list[Node]]:
+        """The flops recomputed per tile in kernels of `domains` beyond those in `groups` now, and the nodes."""
+        before: dict[Node, int] = {}
+        for g in groups:
+            part = self.groups.domain(g)
+            if part is not None:
+                before.update(recompute(part, self.options.nominal_tile))
+        after: dict[Node, int] = {}
+        for domain in domains:
+            after.update(recompute(domain, self.options.nominal_tile))
+        recomputed = [n for n, f in after.items() if n not in before or f > before[n]]
+        return sum(after[n] - before.get(n, 0) for n in recomputed), recomputed
 
     @staticmethod
     def repeated_output(domain: KernelDomain, nodes: list[Node]) -> str | None:
