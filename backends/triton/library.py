@@ -1,5 +1,6 @@
-"""A kernel that is one matmul (and a bias or residual add) run by the vendor's library: `torch.matmul` or
-`torch.addmm`, so cuBLAS on CUDA, as torch.compile's default mode runs every matmul.
+"""A kernel that is one matmul (a bias or residual add, and up to two elementwise ops after it) run by the vendor's
+library: `torch.matmul` or `torch.addmm`, so cuBLAS on CUDA, as torch.compile's default mode runs every matmul, then
+the ops in place, one torch kernel each (as eager rounds them).
 
 The tuner times it beside the generated kernel's block-size variants and keeps whichever is faster, so a
 matmul that cuBLAS does better (most of a transformer's projections; an IEEE f32 product, which Triton runs
@@ -51,9 +52,39 @@ class Operand:
         return tensor if self.shape is None else tensor.view(self.shape)
 
 
+# what a library call applies to its product in place, one torch kernel each (each rounds to the dtype, as eager)
+UNARY = {
+    "relu": lambda torch, x, attrs: x.relu_(),
+    "silu": lambda torch, x, attrs: torch.nn.functional.silu(x, inplace=True),
+    "gelu": lambda torch, x, attrs: torch.ops.aten.gelu.out(x, approximate=attrs, out=x),
+    "tanh": lambda torch, x, attrs: x.tanh_(),
+    "sigmoid": lambda torch, x, attrs: x.sigmoid_(),
+}
+BINARY = ("add", "sub", "mul", "div")
+MAX_EPILOGUE = 2  # elementwise ops after the product and its add: each is a pass over the result
+
+
+@dataclass(frozen=True)
+class Step:
+    """One elementwise op on the product: `op` (unary, with its `attrs`: gelu's approximation), or binary with
+    `other` (a kernel argument), the product its first operand unless `second`."""
+
+    op: str
+    attrs: str | None = None
+    other: Operand | None = None
+    second: bool = False
+
+    def apply(self, torch, x, args) -> None:
+        if self.other is None:
+            UNARY[self.op](torch, x, self.attrs)
+            return
+        other = self.other.of(args)
+        getattr(torch, self.op)(*((other, x) if self.second else (x, other)), out=x)
+
+
 @dataclass(frozen=True)
 class LibraryCall:
-    """`out = a @ b (+ c)` on the kernel's arguments."""
+    """`out = epilogue(a @ b (+ c))` on the kernel's arguments."""
 
     name: str
     a: Operand
@@ -61,6 +92,7 @@ class LibraryCall:
     out: Operand
     c: Operand | None
     tf32: bool
+    epilogue: tuple[Step, ...] = ()
 
     def __getitem__(self, grid) -> LibraryCall:
         return self
@@ -72,16 +104,15 @@ class LibraryCall:
         # no autograd, as for the Triton kernels (out= refuses operands that require grad, such as a module's
         # weights read in place)
         with torch.no_grad(), _precision(torch, out, self.tf32):
-            if self.c is None:
-                torch.matmul(a, b, out=out)
-                return
-            c = self.c.of(args)
-            rows = _rows(a, b, c, out)
+            rows = None if self.c is None else _rows(a, b, self.c.of(args), out)
             if rows is not None:  # one cuBLAS call with the add in its epilogue
                 torch.addmm(rows[2], rows[0], rows[1], out=rows[3])
             else:
                 torch.matmul(a, b, out=out)
-                out.add_(c)
+                if self.c is not None:
+                    out.add_(self.c.of(args))
+            for step in self.epilogue:
+                step.apply(torch, out, args)
 
 
 def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
@@ -147,22 +178,30 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
         nodes.pop(0)
     written = kernel.outputs[0] if len(kernel.outputs) == 1 else None
     tail = nodes.pop() if nodes and nodes[-1].op == "reshape" and nodes[-1].result is written else None
-    if not 1 <= len(nodes) <= 2 or written is None:
+    if not nodes or written is None:
         return None
     product, *rest = nodes
     if product.op not in CONTRACTIONS or any(len(v.type.shape) < 2 for v in product.inputs):
         return None
-    result, c = product.result, None
-    if rest:
-        (add,) = rest
-        if add.op != "add" or add.inputs.count(result) != 1 or add.result.type != result.type:
+    result, c, applied = product.result, None, []
+    for n, node in enumerate(rest):
+        if node.inputs.count(result) != 1 or node.result.type != result.type:
             return None
-        (c,) = [v for v in add.inputs if v is not result]
-        result = add.result
-    if (tail.inputs[0] if tail is not None else written) is not result:
+        others = [v for v in node.inputs if v is not result]
+        if n == 0 and node.op == "add":  # a bias or residual: addmm's
+            (c,) = others
+        elif node.op in UNARY and not others:
+            applied.append((node, None))
+        elif node.op in BINARY and len(others) == 1:
+            applied.append((node, others[0]))
+        else:
+            return None
+        result = node.result
+    if len(applied) > MAX_EPILOGUE or (tail.inputs[0] if tail is not None else written) is not result:
         return None
+    extra = [other for _, other in applied if other is not None]
     operands = (*product.inputs, result) + ((c,) if c is not None else ())
-    if any(v.type.dtype != result.type.dtype for v in operands) or result.type.dtype not in DTYPES:
+    if any(v.type.dtype != result.type.dtype for v in (*operands, *extra)) or result.type.dtype not in DTYPES:
         return None
     position = {v: n for n, v in enumerate(args)}
     if written not in position:
@@ -176,11 +215,15 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
             return None
         return Operand(position[source], layouts.get(source), value.type.shape if source is not value else None)
 
-    found = [operand(v) for v in operands]
+    found = [operand(v) for v in (*operands, *extra)]
     if any(o is None for o in found):
         return None
+    others = iter(found[len(operands):])
+    steps = tuple(Step(node.op, node.attrs.get("approximate")) if other is None else
+                  Step(node.op, None, next(others), second=node.inputs[1] is not other)
+                  for node, other in applied)
     return LibraryCall(name, found[0], found[1], found[2], found[3] if c is not None else None,
-                       options.precision(product.op) == "tf32")
+                       options.precision(product.op) == "tf32", steps)
 
 
-__all__ = ["LibraryCall", "Operand", "library_call", "enabled", "SWITCH", "LABEL"]
+__all__ = ["LibraryCall", "Operand", "Step", "library_call", "enabled", "SWITCH", "LABEL"]

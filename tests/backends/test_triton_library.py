@@ -74,16 +74,35 @@ def expected(graph, inputs):
 def test_which_kernels_are_library_calls():
     graph, fn = block_program()
     found = calls(fn)
-    ops = {position: [n.op for n in fn.program.kernels[position].nodes] for position in found}
+    ops = {position: [n.op for n in fn.program.kernels[position].nodes if n.op != "reshape"] for position in found}
     dots = [p for p, s in enumerate(fn.generated.kernels) if s is not None and s.uses_dot]
-    assert set(found) < set(dots), "the gated product (matmul, silu, mul) is not one"
-    products = [[op for op in o if op != "reshape"] for o in ops.values()]
-    assert all(p in (["matmul"], ["matmul", "add"]) for p in products), ops
-    assert any("reshape" in o for o in ops.values()), "reshapes of the rows ride along"
-    assert any(call.c is not None for call in found.values()), "a bias add rides along"
-    for source in ("matmul_epilogue", "attention", "softmax", "conv_relu"):
+    assert set(found) == set(dots)
+    assert sorted(ops.values()) == [["matmul"], ["matmul"], ["matmul"], ["matmul", "add"], ["matmul", "silu", "mul"]]
+    assert any(call.c is not None for call in found.values()), "a bias add rides along (addmm's)"
+    (gated,) = [call for call in found.values() if call.epilogue]
+    assert [step.op for step in gated.epilogue] == ["silu", "mul"] and gated.epilogue[1].other is not None
+    assert any(n.op == "reshape" for p in found for n in fn.program.kernels[p].nodes), "reshapes of rows ride along"
+    for source in ("attention", "softmax", "conv_relu"):
         other = tilegraph.compile(parse(CASES[source]), target="triton")
         assert not calls(other), source
+
+
+@pytest.mark.parametrize("body, library", [
+    ("gelu(x @ w + b)", True), ("relu(x @ w) * b", True), ("b - tanh(x @ w)", True),
+    ("(x @ w) * 2.0", False),  # a constant is not a kernel argument
+    ("exp(relu(sigmoid(x @ w)))", False),  # more than MAX_EPILOGUE ops
+    ("x @ w + b + b", True),  # the second add is an epilogue op
+])
+def test_epilogues_a_library_call_applies(body, library):
+    graph = parse(f"def f(x: f32[20, 24], w: f32[24, 16], b: f32[16]) -> f32[20, 16] {{ return {body} }}")
+    fn = tilegraph.compile(graph, target="triton")
+    found = calls(fn)
+    assert bool(found) == library, [n.op for k in fn.program.kernels for n in k.nodes]
+    for position, call in found.items():
+        source = fn.generated.kernels[position]
+        tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
+    inputs = reference.random_inputs(graph)
+    assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
 
 
 def test_integer_and_mixed_products_are_not_library_calls():
