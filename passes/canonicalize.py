@@ -258,7 +258,41 @@ def _identity_operand(node: Node, unit: float, positions: tuple[int, ...]) -> Va
 
 
 def _mul_one(graph: Graph, node: Node) -> Value | None:
-    return _identity_operand(node, 1, (0, 1))
+    return _identity_operand(node, 1, (0, 1)) or _gelu_tanh(graph, node)
+
+
+def _by_constant(value: Value, op: str, constant: float) -> Value | None:
+    """x where `value` is op(x, c) or op(c, x) (op commutative) with c close to `constant`, else None."""
+    node = value.producer
+    if node is None or node.op != op:
+        return None
+    for position in (0, 1):
+        c = _constant_value(node.inputs[position])
+        if c is not None and not isinstance(c, bool) and math.isclose(c, constant, rel_tol=1e-6):
+            return node.inputs[1 - position]
+    return None
+
+
+def _gelu_tanh(graph: Graph, node: Node) -> Value | None:
+    """GELU's tanh approximation as GPT-2 writes it (its `gelu_new`), 0.5 * x * (1 + tanh(sqrt(2 / pi) *
+    (x + 0.044715 * x ** 3))), nine ops: `gelu(x, approximate="tanh")`, which every backend computes as one op
+    and a library call applies in one pass. The same formula, in any order of the commutative operands."""
+    for half, rest in (node.inputs, node.inputs[::-1]):
+        x = _by_constant(half, "mul", 0.5)
+        tanh = _by_constant(rest, "add", 1.0)
+        if x is None or tanh is None or tanh.producer is None or tanh.producer.op != "tanh":
+            continue
+        inner = _by_constant(tanh.producer.inputs[0], "mul", math.sqrt(2 / math.pi))
+        total = inner.producer if inner is not None else None
+        if total is None or total.op != "add" or x not in total.inputs:
+            continue
+        cube = _by_constant(total.inputs[1 - total.inputs.index(x)], "mul", 0.044715)
+        power = cube.producer if cube is not None else None
+        if (power is None or power.op != "pow" or power.inputs[0] is not x
+                or _constant_value(power.inputs[1]) not in (3, 3.0) or x.type != node.result.type):
+            continue
+        return _build(graph, node, "gelu", x, approximate="tanh")
+    return None
 
 
 def _add_zero(graph: Graph, node: Node) -> Value | None:

@@ -1,6 +1,7 @@
 """canonicalize: each rewrite on its own, the cases it must leave alone, and properties on random graphs."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -143,6 +144,24 @@ def test_a_split_after_a_transpose_moves_before_it(perm, splits):
     assert_same_results(g, after)
     if len(shape) > 3 and perm != [0, 1, 2]:
         assert ops(after) == ["reshape", "transpose", "exp"]
+
+
+@pytest.mark.parametrize("cubic, flipped", [(0.044715, False), (0.044715, True), (0.05, False)])
+def test_gelu_written_out_with_tanh_becomes_one_op(cubic, flipped):
+    """GPT-2's gelu_new, 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))), nine ops: one gelu
+    (approximate="tanh"), whichever side of each commutative op its constant is on; another cubic term stays."""
+    b, (x,) = builder("f32[4, 6]")
+    half = b.mul(b.constant(0.5), x) if flipped else b.mul(x, 0.5)
+    cube = b.mul(b.constant(cubic), b.pow(x, 3.0)) if flipped else b.mul(b.pow(x, 3.0), cubic)
+    inner = b.mul(b.add(cube, x) if flipped else b.add(x, cube), math.sqrt(2 / math.pi))
+    one_plus = b.add(b.constant(1.0), b.tanh(inner)) if flipped else b.add(b.tanh(inner), 1.0)
+    g = b.output(b.mul(one_plus, half) if flipped else b.mul(half, one_plus))
+    after = run_canon(g)
+    if cubic == 0.044715:
+        assert ops(after) == ["gelu"] and after.nodes[0].attrs["approximate"] == "tanh"
+    else:
+        assert "gelu" not in ops(after)
+    assert_same_results(g, after)
 
 
 def test_identity_transpose_disappears():
