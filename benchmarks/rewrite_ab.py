@@ -52,42 +52,20 @@ def concat_as_copies() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def attention_per_head() -> Iterator[None]:
-    """Grouped-query attention decomposed as any other: k and v repeated per head, then [b, h, l, d]."""
-    from tilegraph.ir.ops import composite
+def switched_off(module: str, attribute: str) -> Iterator[None]:
+    """`module.attribute` (a rule returning what it found, or a pass round) returning None inside the block."""
+    import importlib
 
-    grouped = composite._grouped
-    composite._grouped = lambda value, heads: None
+    owner = importlib.import_module(module)
+    path = attribute.split(".")
+    for name in path[:-1]:
+        owner = getattr(owner, name)
+    kept = getattr(owner, path[-1])
+    setattr(owner, path[-1], lambda *args: None)
     try:
         yield
     finally:
-        composite._grouped = grouped
-
-
-@contextlib.contextmanager
-def no_sinking() -> Iterator[None]:
-    """The fuse pass without its sinking round (a last elementwise node stays with its producer)."""
-    from tilegraph.passes.fusion.fuse import _Fuser
-
-    sink = _Fuser.sink
-    _Fuser.sink = lambda self: None
-    try:
-        yield
-    finally:
-        _Fuser.sink = sink
-
-
-@contextlib.contextmanager
-def gelu_written_out() -> Iterator[None]:
-    """GPT-2's tanh GELU left as the nine ops it is written with."""
-    from tilegraph.passes import canonicalize
-
-    rule = canonicalize._gelu_tanh
-    canonicalize._gelu_tanh = lambda graph, node: None
-    try:
-        yield
-    finally:
-        canonicalize._gelu_tanh = rule
+        setattr(owner, path[-1], kept)
 
 
 @dataclass(frozen=True)
@@ -102,9 +80,15 @@ class Rewrite:
 
 REWRITES = {
     "concat": Rewrite(concat_as_copies, "llama_4layer,vit_base", "copies", "fused"),
-    "grouped_attention": Rewrite(attention_per_head, "llama_4layer", "per head", "grouped"),
-    "sink": Rewrite(no_sinking, "llama_4layer", "kept", "sunk"),
-    "gelu_tanh": Rewrite(gelu_written_out, "gpt2_small", "written out", "one op"),
+    # k and v repeated per head, then [b, h, l, d], as any other attention
+    "grouped_attention": Rewrite(lambda: switched_off("tilegraph.ir.ops.composite", "_grouped"), "llama_4layer",
+                                 "per head", "grouped"),
+    # the fuse pass without its sinking round: a last elementwise node stays with its producer
+    "sink": Rewrite(lambda: switched_off("tilegraph.passes.fusion.fuse", "_Fuser.sink"), "llama_4layer",
+                    "kept", "sunk"),
+    # GPT-2's tanh GELU left as the nine ops it is written with
+    "gelu_tanh": Rewrite(lambda: switched_off("tilegraph.passes.canonicalize", "_gelu_tanh"), "gpt2_small",
+                         "written out", "one op"),
 }
 
 
