@@ -19,7 +19,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tilegraph.ir.graph import Value
+from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.program import Kernel
 from tilegraph.ir.types import DType
 
@@ -67,12 +67,14 @@ MAX_EPILOGUE = 2  # elementwise ops after the product and its add: each is a pas
 @dataclass(frozen=True)
 class Step:
     """One elementwise op on the product: `op` (unary, with its `attrs`: gelu's approximation), or binary with
-    `other` (a kernel argument), the product its first operand unless `second`."""
+    `other` (a kernel argument), the product its first operand unless `second`; on the product as `shape` (a
+    reshape of its rows before the op; None: the product's own)."""
 
     op: str
     attrs: str | None = None
     other: Operand | None = None
     second: bool = False
+    shape: tuple[int, ...] | None = None
 
     def apply(self, torch, x, args) -> None:
         if self.other is None:
@@ -112,7 +114,7 @@ class LibraryCall:
                 if self.c is not None:
                     out.add_(self.c.of(args))
             for step in self.epilogue:
-                step.apply(torch, out, args)
+                step.apply(torch, out if step.shape is None else out.view(step.shape), args)
 
 
 def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
@@ -167,8 +169,8 @@ def _precision(torch, out, tf32: bool):
 def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],
                  options: TritonOptions, name: str) -> LibraryCall | None:
     """The library call computing `kernel` (whose generated function takes `args`), or None when the kernel is
-    not one matmul of floats, optionally followed by an add of a kernel input, with reshapes of its inputs before
-    it and of its result after."""
+    not one matmul of floats, optionally followed by an add of a kernel input and up to MAX_EPILOGUE elementwise
+    ops, with reshapes of its inputs before it and of its result between and after them."""
     if kernel.template is not None:
         return None
     nodes = list(kernel.nodes)
@@ -185,6 +187,9 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
         return None
     result, c, applied = product.result, None, []
     for n, node in enumerate(rest):
+        if node.op == "reshape" and node.inputs[0] is result:  # its rows reshaped: a view of the same bytes
+            result = node.result
+            continue
         if node.inputs.count(result) != 1 or node.result.type != result.type:
             return None
         others = [v for v in node.inputs if v is not result]
@@ -200,7 +205,7 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
     if len(applied) > MAX_EPILOGUE or (tail.inputs[0] if tail is not None else written) is not result:
         return None
     extra = [other for _, other in applied if other is not None]
-    operands = (*product.inputs, result) + ((c,) if c is not None else ())
+    operands = (*product.inputs, product.result) + ((c,) if c is not None else ())
     if any(v.type.dtype != result.type.dtype for v in (*operands, *extra)) or result.type.dtype not in DTYPES:
         return None
     position = {v: n for n, v in enumerate(args)}
@@ -208,8 +213,9 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
         return None
 
     def operand(value: Value) -> Operand | None:
-        if value is result:
-            return Operand(position[written], None, None if written is result else result.type.shape)
+        if value is product.result:  # the kernel's output, as the product's shape
+            shape = value.type.shape
+            return Operand(position[written], None, None if written.type.shape == shape else shape)
         source = reshaped.get(value, value)
         if source not in position:
             return None
@@ -219,9 +225,15 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
     if any(o is None for o in found):
         return None
     others = iter(found[len(operands):])
-    steps = tuple(Step(node.op, node.attrs.get("approximate")) if other is None else
-                  Step(node.op, None, next(others), second=node.inputs[1] is not other)
-                  for node, other in applied)
+    product_shape = product.result.type.shape
+
+    def step(node: Node, other: Value | None) -> Step:
+        shape = None if node.result.type.shape == product_shape else node.result.type.shape
+        if other is None:
+            return Step(node.op, node.attrs.get("approximate"), shape=shape)
+        return Step(node.op, None, next(others), second=node.inputs[1] is not other, shape=shape)
+
+    steps = tuple(step(node, other) for node, other in applied)
     return LibraryCall(name, found[0], found[1], found[2], found[3] if c is not None else None,
                        options.precision(product.op) == "tf32", steps)
 

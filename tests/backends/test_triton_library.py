@@ -148,6 +148,24 @@ def test_any_matmul_and_add_runs_as_a_library_call(m, n, k, batch, add):
     assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
 
 
+@pytest.mark.parametrize("signature, body", [
+    ("b: f32[16]) -> f32[1, 20, 16]", "gelu(reshape(x @ w + b, shape=[1, 20, 16]))"),  # GPT-2's MLP-up at batch 1
+    ("b: f32[16]) -> f32[1, 20, 16]", "relu(reshape(x @ w, shape=[1, 20, 16]) * b)"),  # the other operand broadcasts
+    ("b: f32[20, 1, 16]) -> f32[20, 1, 16]", "b - tanh(reshape(x @ w, shape=[20, 1, 16]))"),
+])
+def test_a_library_call_applies_its_epilogue_through_reshapes(signature, body):
+    graph = parse(f"def f(x: f32[20, 24], w: f32[24, 16], {signature} {{ return {body} }}")
+    fn = tilegraph.compile(graph, target="triton")
+    found = calls(fn)
+    assert len(found) == 1, [[n.op for n in k.nodes] for k in fn.program.kernels]
+    (position, call), = found.items()
+    assert call.epilogue
+    source = fn.generated.kernels[position]
+    tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
+    inputs = reference.random_inputs(graph)
+    assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
+
+
 def test_a_direct_launch_runs_the_library_call_without_compiling():
     graph, fn = block_program()
     for position, call in calls(fn).items():
