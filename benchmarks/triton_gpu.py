@@ -17,9 +17,9 @@ same tensors, checks tilegraph's result against eager, and reports times, ratios
 tilegraph is faster than torch.compile) and the first call's time of each compiler (cold: build, JIT
 and autotuning). Memory-bound rows are also given as a fraction of the measured device-to-device copy
 bandwidth; matmul-like rows as a fraction of cuBLAS (torch.matmul). The tuner may hand a kernel that is one
-matmul (and an add) to cuBLAS (`backends/triton/library.py`) where that is faster, as torch.compile's default
-mode does for every matmul; the note says how many kernels ran so. The matmul rows leave that out, so that
-they measure the generated kernel.
+matmul (with an add and a short epilogue) to cuBLAS (`backends/triton/library.py`) where that is faster, as
+torch.compile's default mode does for every matmul; the note says how many kernels ran so. The matmul rows
+leave that out, so that they measure the generated kernel.
 
 --quick: one size per single-kernel case (bf16 matmul only), the transformers models with 2 of their layers
 at full width (per-call ratios hold, compiles are shorter; the note says so), batch 1 only for the small
@@ -34,7 +34,6 @@ With no CUDA device it prints why and exits without writing anything.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import datetime
 import gc
@@ -45,6 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 RESULTS = Path(__file__).resolve().parent / "results" / "triton_gpu.md"
 DEVICE = "cuda"
@@ -379,21 +379,11 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
     return "\n".join(out) + "\n"
 
 
-@contextlib.contextmanager
 def library_calls(on: bool):
     """TILEGRAPH_LIBRARY_CALLS=0 for the block unless `on` (the matmul rows measure the generated kernel)."""
     from tilegraph.backends.triton.library import SWITCH
 
-    before = os.environ.get(SWITCH)
-    if not on:
-        os.environ[SWITCH] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(SWITCH, None)
-        else:
-            os.environ[SWITCH] = before
+    return mock.patch.dict(os.environ, {} if on else {SWITCH: "0"})
 
 
 def release(torch) -> None:

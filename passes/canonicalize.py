@@ -258,7 +258,12 @@ def _identity_operand(node: Node, unit: float, positions: tuple[int, ...]) -> Va
 
 
 def _mul_one(graph: Graph, node: Node) -> Value | None:
-    return _identity_operand(node, 1, (0, 1)) or _gelu_tanh(graph, node)
+    return _identity_operand(node, 1, (0, 1))
+
+
+def _mul(graph: Graph, node: Node) -> Value | None:
+    """x * 1 is x; GELU's tanh approximation written out ends in a multiply and is one op."""
+    return _mul_one(graph, node) or _gelu_tanh(graph, node)
 
 
 def _by_constant(value: Value, op: str, constant: float) -> Value | None:
@@ -547,7 +552,7 @@ def _build(graph: Graph, anchor: Node, op: str, *operands: Value, **attrs: Any) 
 
 # op -> rule(graph, node) returning the value that replaces the node's result, or None
 SIMPLIFICATIONS: dict[str, Callable[[Graph, Node], Value | None]] = {
-    "mul": _mul_one,
+    "mul": _mul,
     "add": _add_zero,
     "sub": _sub_zero,
     "div": _div_one,

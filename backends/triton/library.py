@@ -38,17 +38,18 @@ def enabled() -> bool:
 
 @dataclass(frozen=True)
 class Operand:
-    """One tensor of the call: the kernel argument at `position`, read through the inverse of the axis order it
-    is stored in (`order`, None: its own), then as `shape` (a row-major reshape in the kernel; None: as it is)."""
+    """One tensor of the call: the kernel argument at `position`, its axes permuted by `unpermute` (the inverse of
+    the order a packed parameter is stored in; None: as it is), then viewed as `shape` (a row-major reshape in
+    the kernel; None: as it is)."""
 
     position: int
-    order: tuple[int, ...] | None = None
+    unpermute: tuple[int, ...] | None = None
     shape: tuple[int, ...] | None = None
 
     def of(self, args):
         tensor = args[self.position]
-        if self.order is not None:
-            tensor = tensor.permute(*_inverse(self.order))
+        if self.unpermute is not None:
+            tensor = tensor.permute(*self.unpermute)
         return tensor if self.shape is None else tensor.view(self.shape)
 
 
@@ -106,13 +107,14 @@ class LibraryCall:
         # no autograd, as for the Triton kernels (out= refuses operands that require grad, such as a module's
         # weights read in place)
         with torch.no_grad(), _precision(torch, out, self.tf32):
-            rows = None if self.c is None else _rows(a, b, self.c.of(args), out)
+            c = None if self.c is None else self.c.of(args)
+            rows = None if c is None else _rows(a, b, c, out)
             if rows is not None:  # one cuBLAS call with the add in its epilogue
                 torch.addmm(rows[2], rows[0], rows[1], out=rows[3])
             else:
                 torch.matmul(a, b, out=out)
-                if self.c is not None:
-                    out.add_(self.c.of(args))
+                if c is not None:
+                    out.add_(c)
             for step in self.epilogue:
                 step.apply(torch, out if step.shape is None else out.view(step.shape), args)
 
@@ -219,7 +221,9 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
         source = reshaped.get(value, value)
         if source not in position:
             return None
-        return Operand(position[source], layouts.get(source), value.type.shape if source is not value else None)
+        order = layouts.get(source)
+        return Operand(position[source], None if order is None else _inverse(order),
+                       value.type.shape if source is not value else None)
 
     found = [operand(v) for v in (*operands, *extra)]
     if any(o is None for o in found):

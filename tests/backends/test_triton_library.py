@@ -115,7 +115,7 @@ def test_integer_and_mixed_products_are_not_library_calls():
 def test_library_calls_compute_what_the_kernels_compute(dtype):
     graph, fn = block_program(dtype)
     if dtype == torch.bfloat16:  # tensor-core dots read their weights packed K-major: read back unpermuted
-        assert any(o.order is not None for call in calls(fn).values() for o in (call.a, call.b))
+        assert any(o.unpermute is not None for call in calls(fn).values() for o in (call.a, call.b))
     inputs = reference.random_inputs(graph)
     generated = fn(*inputs)
     state = tuner.state_of(fn)
