@@ -59,10 +59,22 @@ def row(name: str, batch: int, dtype: str) -> str:
     registers = max((r.registers or 0) for r in kept)
     shared = max(r.shared_bytes for r in kept) / 1024
     launches = len(fn.generated.kernels)
-    return (f"| {name} | {batch} | {dtype} | {launches} | {len(distinct)} | {len(dots)} | {cores['wgmma']} | "
+    return (f"| {name} | {batch} | {dtype} | {launches} | {len(distinct)} | {len(dots)} | {library_share(fn):.0%} | "
+            f"{cores['wgmma']} | "
             f"{cores['mma']} | {cores['none']} | {sum(r.cp_async for r in dots)} | "
             f"{sum(r.cp_async_bytes == 16 for r in dots)} | {spills} | {registers} | "
             f"{shared:.0f} | {build:.1f} | {seconds:.0f} |")
+
+
+def library_share(fn) -> float:
+    """The share of the program's dot FLOPs in kernels the tuner can also run as a cuBLAS call
+    (`backends/triton/library.py`: one matmul, an add, a short epilogue)."""
+    from tilegraph.backends.triton.tuner import library_candidate
+
+    kernels = [(p, s) for p, s in enumerate(fn.generated.kernels) if s is not None and s.uses_dot]
+    flops = sum(fn.program.kernels[p].flops for p, _ in kernels)
+    library = sum(fn.program.kernels[p].flops for p, s in kernels if library_candidate(fn, p, s) is not None)
+    return library / flops if flops else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row(name, batch, dtype))
             except Exception as error:  # one model's failure is its row's note
                 rows.append(f"| {name} | {batch} | {dtype} | {type(error).__name__}: "
-                            f"{str(error).splitlines()[0][:120]} ||||||||||||")
+                            f"{str(error).splitlines()[0][:120]} |||||||||||||")
             print(rows[-1], flush=True)
     import triton
 
@@ -96,16 +108,16 @@ machine runs Triton 3.6, whose code can differ). Transformers with {LAYERS} laye
 tiles, the untuned launch configuration (4 warps, 8 for a dot's 128 x 128 accumulator and up; 3 stages for dot
 kernels whose blocks fit, else 2). `f32`: products in TF32; `f32 ieee`: TF32 off (torch's default for matmuls),
 so dots run on FMA units (`none`).
-`kernels`: Triton launches per call; `distinct`:
-functions compiled (repeated layers share one); `dot`: distinct kernels with `tl.dot`, then by tensor-core
-instruction; `cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying
-some operand in whole 16-byte vectors; `spills`: kernels spilling
-registers; `regs`, `shared KiB`: the largest of any kernel; `build s`: seconds of `tilegraph.compile` (passes,
-parameters in the model's dtype, code generation); `s`: seconds to compile the kernels for sm_90 here
-(on {compile_threads()} threads, `launch.compile_threads`).
+`kernels`: Triton launches per call; `distinct`: functions compiled (repeated layers share one); `dot`: distinct
+kernels with `tl.dot`; `cuBLAS-able`: the share of the dot FLOPs in kernels the tuner also times as a cuBLAS call
+(`backends/triton/library.py`); then the dot kernels by tensor-core instruction; `cp.async`: dot kernels whose
+loads are staged (pipelined), `16 B`: of them, those copying some operand in whole 16-byte vectors; `spills`:
+kernels spilling registers; `regs`, `shared KiB`: the largest of any kernel; `build s`: seconds of
+`tilegraph.compile` (passes, parameters in the model's dtype, code generation); `s`: seconds to compile the
+kernels for sm_90 here (on {compile_threads()} threads, `launch.compile_threads`).
 
-| model | batch | dtype | kernels | distinct | dot | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | build s | s |
-|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| model | batch | dtype | kernels | distinct | dot | cuBLAS-able | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | build s | s |
+|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 """ + "\n".join(rows) + "\n")
     return 0
 
