@@ -13,9 +13,12 @@ the fx frontend: a ResNet-18 basic block, ResNet-50, MobileNetV2, BERT-base, GPT
 decoder block and ViT-base (`torch_models.WHOLE_MODELS`: transformers configs, random weights kept O(1)),
 at batch 1 and 32, in f32 and bf16. f32 rows allow TF32 on both sides: torch's flags are set, and
 tilegraph's Triton build follows them. Every row runs the three implementations in one process on the
-same tensors, checks tilegraph's result against eager, and reports times, ratios (compile/tg > 1:
+same tensors, checks tilegraph's result against eager (whole models: each side's drift from the same
+weights in IEEE f32, since a random ResNet-50 amplifies rounding), and reports times, ratios (compile/tg > 1:
 tilegraph is faster than torch.compile) and the first call's time of each compiler (cold: build, JIT
-and autotuning). Memory-bound rows are also given as a fraction of the measured device-to-device copy
+and autotuning). A whole model's tilegraph time replays its launches through a CUDA graph, as
+torch.compile(backend="tilegraph") does by default; the table also gives its launches one by one and
+torch.compile's mode="reduce-overhead" (CUDA graphs) beside its default mode. Memory-bound rows are also given as a fraction of the measured device-to-device copy
 bandwidth; matmul-like rows as a fraction of cuBLAS (torch.matmul). The tuner may hand a kernel that is one
 matmul (with an add and a short epilogue) to cuBLAS (`backends/triton/library.py`) where that is faster, as
 torch.compile's default mode does for every matmul; the note says how many kernels ran so. The matmul rows
@@ -34,6 +37,7 @@ With no CUDA device it prints why and exits without writing anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import gc
@@ -72,6 +76,8 @@ class Row:
     note: str = ""
     tilegraph_first_s: float | None = None  # build + first call (JIT compiles, autotuning)
     compiled_first_s: float | None = None  # torch.compile's first call (Inductor's compile)
+    launched_ms: float | None = None  # whole models: tilegraph's launches one by one (tilegraph_ms replays a CUDA graph)
+    compiled_ro_ms: float | None = None  # whole models: torch.compile(mode="reduce-overhead"), CUDA graphs too
 
 
 @dataclass
@@ -114,11 +120,25 @@ def copy_bandwidth(torch) -> float:
     return 2 * x.numel() * x.element_size() / (ms * 1e-3)
 
 
-def compiled(torch, fn):
-    """torch.compile(fn) (default mode), or None in a dry run."""
+def compiled(torch, fn, mode: str | None = None):
+    """torch.compile(fn) (default mode unless `mode`), or None in a dry run."""
     if DRY_RUN:
         return None
-    return torch.compile(fn)
+    return torch.compile(fn, mode=mode)
+
+
+def graphed(fn, inputs):
+    """fn's launches replayed through a CUDA graph (captured on the second call), as torch.compile(backend=
+    "tilegraph") runs them by default; None in a dry run (no CUDA)."""
+    if DRY_RUN:
+        return None
+    from tilegraph.backends.triton.launch import GraphedLauncher
+
+    launcher = fn.launcher()
+    replay, inputs = GraphedLauncher(launcher), launcher.check(inputs)
+    replay(*inputs)
+    replay(*inputs)  # the capture
+    return lambda: replay(*inputs)
 
 
 def tilegraph_fn(source):
@@ -160,7 +180,9 @@ def tuning_log(fn) -> str:
 
 
 def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *, bytes_moved=None, flops=None,
-             cublas=None, roof_name="cuBLAS", note="", tolerance=None, exact=None) -> Row:
+             cublas=None, roof_name="cuBLAS", note="", tolerance=None, exact=None, model=False) -> Row:
+    """Time one case: tilegraph, eager, torch.compile. A whole `model` replays tilegraph's launches through a
+    CUDA graph (its launches one by one are timed too) and also times torch.compile's reduce-overhead mode."""
     start = time.perf_counter()
     fn = tilegraph_fn(source)
     ours = lambda: fn.run_torch(*inputs)  # noqa: E731
@@ -176,25 +198,35 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
         want = eager(*inputs)
     error = float((got.float() - want.float()).abs().max())
     scale = max(float(want.float().abs().max()), 1.0)
-    if exact is not None:  # bf16: both sides drift from the f32 result; tilegraph may drift twice as far as eager
+    if exact is not None:  # both sides drift from the IEEE f32 result; tilegraph may drift twice as far as eager
         truth = exact(*inputs).float()
         drift, ours_drift = (float((x.float() - truth).abs().max()) for x in (want, got))
         if not ours_drift <= 2 * drift + (tolerance or 0) * scale:
-            note = (note + f"; MISMATCH: {ours_drift:.2e} from f32, eager {drift:.2e}").strip("; ")
+            note = (note + f"; MISMATCH: {ours_drift:.2e} from IEEE f32, eager {drift:.2e}").strip("; ")
     elif tolerance is not None and not error <= tolerance * scale:
         note = (note + f"; MISMATCH: error {error:.2e} over {tolerance:g} x scale {scale:.2g}").strip("; ")
-    comp, comp_ms, comp_first = compiled(torch, eager), None, None
-    if comp is not None:
+    comp_ms, comp_first, ro_ms = None, None, None
+    for mode in (None, "reduce-overhead") if model else (None,):
+        comp = compiled(torch, eager, mode)
+        if comp is None:
+            continue
         try:
             start = time.perf_counter()
             comp(*inputs)
             synchronize(torch)
-            comp_first = time.perf_counter() - start
-            comp_ms = bench(lambda: comp(*inputs))
+            if mode is None:
+                comp_first, comp_ms = time.perf_counter() - start, bench(lambda: comp(*inputs))
+            else:
+                comp(*inputs)  # reduce-overhead records its CUDA graph on a later call
+                ro_ms = bench(lambda: comp(*inputs))
         except Exception as exc:  # Inductor failing is a result, not a crash of the benchmark
-            note = (note + f"; torch.compile failed: {short_error(exc)}").strip("; ")
-    return Row(case, shape, dtype, bench(ours), bench(lambda: eager(*inputs)), comp_ms, bytes_moved, flops,
-               bench(cublas) if cublas else None, roof_name, error, note, tg_first, comp_first)
+            note = (note + f"; torch.compile({mode or ''}) failed: {short_error(exc)}").strip("; ")
+    replay = graphed(fn, inputs) if model else None
+    launched_ms = bench(ours)
+    tg_ms = bench(replay) if replay is not None else launched_ms
+    return Row(case, shape, dtype, tg_ms, bench(lambda: eager(*inputs)), comp_ms, bytes_moved, flops,
+               bench(cublas) if cublas else None, roof_name, error, note, tg_first, comp_first,
+               launched_ms if replay is not None else None, ro_ms)
 
 
 # ----- single kernels ---------------------------------------------------------------------------------------
@@ -322,16 +354,16 @@ def model_case(torch, model, batch: int, dtype: str, layers: int | None) -> dict
         with torch.no_grad():
             return module(*xs)
 
-    exact = None
-    if dtype == "bf16":  # the same weights computed in f32: a random 50-layer ResNet's bf16 eager is 60% off it
-        wide = copy.deepcopy(module).float()
+    # The yardstick is the same weights in IEEE f32: a random 50-layer ResNet amplifies rounding about 700-fold
+    # (its bf16 eager is 60% off it, TF32 tens of percent), so each side is held to its drift from that.
+    wide = copy.deepcopy(module).float() if dtype == "bf16" else module
 
-        def exact(*xs, module=wide):
-            with torch.no_grad():
-                return module(*(x.float() if x.is_floating_point() else x for x in xs))
+    def exact(*xs, module=wide):
+        with torch.no_grad(), ieee_f32(torch):
+            return module(*(x.float() if x.is_floating_point() else x for x in xs))
 
     return dict(source=graph, inputs=[x.to(DEVICE) for x in inputs], eager=eager,
-                tolerance=5e-2 if dtype == "bf16" else 1e-2, exact=exact)
+                tolerance=5e-2 if dtype == "bf16" else 1e-2, exact=exact, model=True)
 
 
 # ----- the table ----------------------------------------------------------------------------------------------
@@ -344,16 +376,21 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
            "held to its flash kernel, whole models in TFLOP/s. f32 rows allow TF32 on both sides. `first s`: "
            "seconds to the first result (tilegraph: build, JIT compiles, autotuning; torch.compile: Inductor). "
            "Whole-model rows say \"model\" in the note, and how many of their dot kernels the tuner handed to "
-           "cuBLAS where it timed that faster (`backends/triton/library.py`).", ""]
+           "cuBLAS where it timed that faster (`backends/triton/library.py`). A whole model's `tilegraph ms` "
+           "replays its launches through a CUDA graph, as `torch.compile(backend=\"tilegraph\")` does by "
+           "default; `tg launched` times them one by one (torch.compile's default mode launches one by one "
+           "too); `compile-ro`: torch.compile(mode=\"reduce-overhead\"), which replays CUDA graphs.", ""]
     models = [r for r in rows if r.note.startswith("model") and r.compiled_ms and r.tilegraph_ms == r.tilegraph_ms]
-    if models:
-        ratios = [r.compiled_ms / r.tilegraph_ms for r in models]
-        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-        out += [f"Whole models: geometric mean of compile/tg {geo:.2f} over {len(models)} rows, lowest "
-                f"{min(ratios):.2f} ({models[ratios.index(min(ratios))].case}).", ""]
-    out += ["| case | shape | dtype | tilegraph ms | eager ms | compile ms | eager/tg | compile/tg | of roofline "
-            "| max abs err | tg / compile first s | note |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for label, peer in (("compile", "compiled_ms"), ("compile-ro", "compiled_ro_ms")):
+        timed = [r for r in models if getattr(r, peer)]
+        if timed:
+            ratios = [getattr(r, peer) / r.tilegraph_ms for r in timed]
+            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            out += [f"Whole models: geometric mean of {label}/tg {geo:.2f} over {len(timed)} rows, lowest "
+                    f"{min(ratios):.2f} ({timed[ratios.index(min(ratios))].case}).", ""]
+    out += ["| case | shape | dtype | tilegraph ms | tg launched ms | eager ms | compile ms | compile-ro ms "
+            "| eager/tg | compile/tg | compile-ro/tg | of roofline | max abs err | tg / compile first s | note |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         ran = r.tilegraph_ms == r.tilegraph_ms  # not NaN
         comp = f"{r.compiled_ms:.3f}" if r.compiled_ms is not None else "n/a"
@@ -372,8 +409,12 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
         if r.compiled_first_s is not None:
             first += f" / {r.compiled_first_s:.1f}"
         eager_ratio = f"{r.eager_ms / r.tilegraph_ms:.2f}" if ran else "n/a"
-        out.append(f"| {r.case} | {r.shape} | {r.dtype} | {r.tilegraph_ms:.3f} | {r.eager_ms:.3f} | {comp} | "
-                   f"{eager_ratio} | {comp_ratio} | {roof} | {r.max_error:.2e} | {first} | {r.note} |")
+        launched = f"{r.launched_ms:.3f}" if r.launched_ms is not None else ""
+        ro, ro_ratio = (f"{r.compiled_ro_ms:.3f}", f"{r.compiled_ro_ms / r.tilegraph_ms:.2f}" if ran else "n/a") \
+            if r.compiled_ro_ms is not None else ("", "")
+        out.append(f"| {r.case} | {r.shape} | {r.dtype} | {r.tilegraph_ms:.3f} | {launched} | {r.eager_ms:.3f} "
+                   f"| {comp} | {ro} | {eager_ratio} | {comp_ratio} | {ro_ratio} | {roof} | {r.max_error:.2e} "
+                   f"| {first} | {r.note} |")
     if pending:
         out += ["", f"Not run (over the time budget): {', '.join(pending)}."]
     return "\n".join(out) + "\n"
@@ -392,6 +433,17 @@ def release(torch) -> None:
     if not DRY_RUN:
         torch._dynamo.reset()
         torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def ieee_f32(torch):
+    """f32 matmuls and convolutions in IEEE f32 (TF32 off) inside, torch's flags restored after."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def configure_torch(torch) -> None:
@@ -417,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds after which no new row starts (default: {QUICK_BUDGET_S:.0f} with --quick, "
                              "else none)")
     parser.add_argument("--only", default="", help="comma-separated case names to run (default: all)")
+    parser.add_argument("--dtype", default="", help="comma-separated dtypes to run (f16, bf16, f32; default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"Markdown table to write (default {RESULTS})")
     args = parser.parse_args(argv)
     global DRY_RUN, DEVICE
@@ -446,12 +499,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     configure_torch(torch)
     device = "CPU (Triton interpreter, dry run: times are meaningless)" if DRY_RUN else torch.cuda.get_device_name()
-    command = "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "")
+    command = "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "") + "".join(
+        f" --{name} {value}" for name, value in (("only", args.only), ("dtype", args.dtype)) if value)
     bandwidth = copy_bandwidth(torch)
     specs = kernel_specs(torch, args.quick) + model_specs(torch, args.quick)
     if args.only:
         wanted = set(args.only.split(","))
         specs = [s for s in specs if s.case in wanted]
+    if args.dtype:
+        specs = [s for s in specs if s.dtype in args.dtype.split(",")]
     rows: list[Row] = []
     for position, spec in enumerate(specs):
         label = f"{spec.case} {spec.shape} {spec.dtype}"
@@ -468,8 +524,9 @@ def main(argv: list[str] | None = None) -> int:
             row = Row(spec.case, spec.shape, spec.dtype, math.nan, math.nan, None,
                       note=(spec.note + "; " if spec.note else "") + f"failed: {short_error(exc)}")
         else:
-            print(f"{label}: tilegraph {row.tilegraph_ms:.3f} ms, eager {row.eager_ms:.3f} ms, compile "
-                  f"{row.compiled_ms if row.compiled_ms is not None else 'n/a'} ms, err {row.max_error:.1e}, "
+            print(f"{label}: tilegraph {row.tilegraph_ms:.3f} ms (launched {row.launched_ms} ms), eager "
+                  f"{row.eager_ms:.3f} ms, compile {row.compiled_ms} ms, reduce-overhead {row.compiled_ro_ms} ms, "
+                  f"err {row.max_error:.1e}, "
                   f"first {row.tilegraph_first_s:.1f} s / {row.compiled_first_s} s "
                   f"[{time.perf_counter() - started:.0f} s]", flush=True)
         rows.append(row)
