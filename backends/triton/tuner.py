@@ -6,14 +6,15 @@ functions of a module of their own and timed (3 stages; 4 warps, 8 for big block
 installed in place of the kernel's function in the generated module (the launch step looks the
 function up when it runs, so it launches the variant on its own grid), then warps and stages are
 timed for it. A kernel that is one matmul (and an add, a short epilogue) also times the library call
-(`library.py`: cuBLAS through torch), right after its own tiling; if that wins, there are no warps and stages to
+(`library.py`: cuBLAS through torch), right after its own tiling and before the other variants compile, so that
+compiles which take the kernel's whole share never leave it out; if that wins, there are no warps and stages to
 time. Past the budget, such a kernel still times its untuned self against the library call (two timings, nothing
 cached). Winners are kept
 per program (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes,
 device); a cached variant is installed again without timing. Any failure leaves the kernel as generated.
 The launcher hands the kernels over longest first (`expected_seconds`), so a short budget goes where it
 pays, and each set of candidates (the variants, then the winner's warps and stages) compiles side by side
-before any is timed (`warm`, `launch.parallel_compiles`).
+before any of the set is timed (`warm`, `launch.parallel_compiles`).
 """
 from __future__ import annotations
 
@@ -221,18 +222,25 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
     install(compiled, state, source)  # variant 0 is the generated function itself
     generated = installed(compiled, source)
     warps_of = [_variant_warps(kernel, variant) for variant, _, _ in loaded]
-    _warm_all(warm, [(*(generated if n == 0 else (fn, grid)), warps_of[n], VARIANT_STAGES)
-                     for n, (_, fn, grid) in enumerate(loaded)])
     times = {}
-    for n, (variant, fn, grid) in enumerate(loaded):
-        if n and clock() >= deadline:
-            break
-        warps = warps_of[n]
-        try:
-            install(compiled, state, source, None if n == 0 else fn, grid)
-            times[variant.label()] = do_bench(lambda: launch(warps, VARIANT_STAGES), warmup=5, rep=20)
-        except Exception:  # a tiling this device cannot run
-            continue
+
+    def time_each(positions) -> None:
+        _warm_all(warm, [(*(generated if n == 0 else loaded[n][1:]), warps_of[n], VARIANT_STAGES) for n in positions])
+        for n in positions:
+            variant, fn, grid = loaded[n]
+            if n and not variant.library and clock() >= deadline:
+                return
+            try:
+                install(compiled, state, source, None if n == 0 else fn, grid)
+                times[variant.label()] = do_bench(lambda: launch(warps_of[n], VARIANT_STAGES), warmup=5, rep=20)
+            except Exception:  # a tiling this device cannot run
+                continue
+
+    # the kernel as generated and its library call first, whatever the deadline: neither compiles more than the
+    # kernel's first launch would (compiling every variant ahead can take a big kernel's whole share)
+    time_each([n for n, (variant, _, _) in enumerate(loaded) if n == 0 or variant.library])
+    if clock() < deadline:
+        time_each([n for n, (variant, _, _) in enumerate(loaded) if n and not variant.library])
     if not times:
         install(compiled, state, source)
         return None, {}, None

@@ -261,6 +261,31 @@ def test_past_the_budget_the_library_call_is_still_compared(monkeypatch, library
     assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
 
 
+@pytest.mark.parametrize("library_ms", [0.5, 5.0])
+def test_the_library_call_is_timed_when_compiles_ahead_take_the_kernels_share(monkeypatch, library_ms):
+    """A big kernel's variants can take its whole share of the budget to compile; its library call, which
+    compiles nothing, is still timed against the kernel as generated, and the variants are then left out."""
+    now = [0.0]
+    monkeypatch.setattr(autotune.Budget, "from_env", staticmethod(lambda: autotune.Budget(10.0, lambda: now[0])))
+    compiled = []
+
+    def slow_compiles(warm, requests):
+        compiled.append(len(requests))
+        now[0] += 100.0  # past every deadline
+
+    monkeypatch.setattr(tuner, "_warm_all", slow_compiles)
+    graph = parse(MATMUL)
+    fn, timer = tuned(graph, monkeypatch, library_ms=library_ms)
+    (position,) = fn.timings
+    labels = list(fn.timings[position]["tiles"])
+    assert labels[1:] == [library.LABEL], "timed after the kernel as generated; the variants that compile left out"
+    assert compiled[0] == 2, "only the kernel as generated and its library call before the first timing"
+    source = fn.generated.kernels[position]
+    assert isinstance(getattr(fn.module(), source.function), tuner.VariantLaunch) == (library_ms < 1.0)
+    inputs = reference.random_inputs(graph)
+    assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
+
+
 def test_library_calls_can_be_switched_off(monkeypatch):
     monkeypatch.setenv(library.SWITCH, "0")
     fn, _ = tuned(parse(MATMUL), monkeypatch, library_ms=0.5)
