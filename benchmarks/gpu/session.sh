@@ -4,9 +4,11 @@
 #   bash benchmarks/gpu/session.sh [all|dynamo|triton] [dynamo-budget-s] [triton-budget-s]
 # Run on the device machine from the repository root; .whl/ holds the wheels the image lacks
 # (lark, ortools and its pins; see the device tool's README). Results and logs go to $OUT.
-# A session has 15 device minutes and 10 a call, the machine's start included: call `triton 0 150`
+# A session has 15 device minutes and 10 a call, the machine's start included: call `triton 0 300`
 # first (GPU tests of the Triton backend, direct launches and packed weights included; launch times;
-# then the whole-model table, about 9 minutes), commit its tables, then `dynamo 120` if time is left.
+# then the quick whole-model table: about 8 minutes with the start), commit its tables, then
+# `dynamo 120` if time is left. (On 2026-11-27 `triton 0 150` ran the bf16 rows at batch 32 in 260 s;
+# the model rows now also time a CUDA-graph replay and torch.compile's reduce-overhead mode.)
 set -uo pipefail
 WHAT=${1:-all}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
