@@ -149,6 +149,25 @@ def tilegraph_fn(source):
     return tilegraph.compile(parse(source) if isinstance(source, str) else source, target="triton")
 
 
+def kernel_profile(torch, call, top: int = 10) -> tuple[float, str]:
+    """Where one call's device time goes (torch profiler, launches one by one): the kernels' total ms, and for
+    the log the `top` kernels, so that a slow row says which kernels (ours, or cuBLAS's for a library call) to
+    look at."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)
+    total = sum(e.device_time_total for e in events)
+    lines = [f"  profile: {total / 1e3:.3f} ms of device time in {sum(e.count for e in events)} kernels"]
+    lines += [f"    {e.device_time_total / 1e3:7.3f} ms {100 * e.device_time_total / max(total, 1e-9):5.1f}% "
+              f"x{e.count:<3} {e.key[:110]}" for e in events[:top]]
+    return total / 1e3, "\n".join(lines)
+
+
 def short_error(exc: BaseException, limit: int = 160) -> str:
     """One line for the table's note: the exception's type and first line, without table separators."""
     text = str(exc).strip().splitlines()
@@ -221,7 +240,21 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
                 ro_ms = bench(lambda: comp(*inputs))
         except Exception as exc:  # Inductor failing is a result, not a crash of the benchmark
             note = (note + f"; torch.compile({mode or ''}) failed: {short_error(exc)}").strip("; ")
-    replay = graphed(fn, inputs) if model else None
+    replay = None
+    if model and not DRY_RUN:  # a failure here costs the row its extra columns, not its times
+        try:  # the kernels' own time: how far a row is from host-bound
+            kernels_ms, profile_log = kernel_profile(torch, ours)
+            print(profile_log, flush=True)
+            note = f"{note}; kernels {kernels_ms:.3f} ms"
+        except Exception as exc:
+            note = f"{note}; profile failed: {short_error(exc)}"
+        try:
+            replay = graphed(fn, inputs)
+            apart = float((replay()[0].float() - got.float()).abs().max())
+            if not apart <= (tolerance or 0) * scale:
+                note = f"{note}; MISMATCH: the CUDA graph's replay is {apart:.2e} from the launches"
+        except Exception as exc:
+            note = f"{note}; CUDA graph failed (launches one by one timed): {short_error(exc)}"
     launched_ms = bench(ours)
     tg_ms = bench(replay) if replay is not None else launched_ms
     return Row(case, shape, dtype, tg_ms, bench(lambda: eager(*inputs)), comp_ms, bytes_moved, flops,
@@ -379,7 +412,8 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
            "cuBLAS where it timed that faster (`backends/triton/library.py`). A whole model's `tilegraph ms` "
            "replays its launches through a CUDA graph, as `torch.compile(backend=\"tilegraph\")` does by "
            "default; `tg launched` times them one by one (torch.compile's default mode launches one by one "
-           "too); `compile-ro`: torch.compile(mode=\"reduce-overhead\"), which replays CUDA graphs.", ""]
+           "too); `compile-ro`: torch.compile(mode=\"reduce-overhead\"), which replays CUDA graphs. The note's "
+           "`kernels` is tilegraph's device time per call (torch profiler): the floor a replay approaches.", ""]
     models = [r for r in rows if r.note.startswith("model") and r.compiled_ms and r.tilegraph_ms == r.tilegraph_ms]
     for label, peer in (("compile", "compiled_ms"), ("compile-ro", "compiled_ro_ms")):
         timed = [r for r in models if getattr(r, peer)]
