@@ -18,11 +18,13 @@ weights in IEEE f32, since a random ResNet-50 amplifies rounding), and reports t
 tilegraph is faster than torch.compile) and the first call's time of each compiler (cold: build, JIT
 and autotuning). A whole model's tilegraph time replays its launches through a CUDA graph, as
 torch.compile(backend="tilegraph") does by default; the table also gives its launches one by one and
-torch.compile's mode="reduce-overhead" (CUDA graphs) beside its default mode. Memory-bound rows are also given as a fraction of the measured device-to-device copy
-bandwidth; matmul-like rows as a fraction of cuBLAS (torch.matmul). The tuner may hand a kernel that is one
-matmul (with an add and a short epilogue) to cuBLAS (`backends/triton/library.py`) where that is faster, as
-torch.compile's default mode does for every matmul; the note says how many kernels ran so. The matmul rows
-leave that out, so that they measure the generated kernel.
+torch.compile's mode="reduce-overhead" (CUDA graphs) beside its default mode. Memory-bound rows are also
+given as a fraction of the measured device-to-device copy bandwidth; matmul-like rows as a fraction of cuBLAS
+(torch.matmul). The tuner may hand a kernel that is one matmul (with an add and a short epilogue) to cuBLAS
+(`backends/triton/library.py`), or one convolution (with a batch norm or bias and a short epilogue) to cuDNN
+(`library_conv.py`), where that is faster, as torch.compile's default mode does for every matmul and
+convolution; the note says how many kernels ran so. The matmul rows leave that out, so that they measure the
+generated kernel.
 
 --quick: one size per single-kernel case (bf16 matmul only), the transformers models with 2 of their layers
 at full width (per-call ratios hold, compiles are shorter; the note says so), batch 1 only for the small
@@ -176,13 +178,18 @@ def short_error(exc: BaseException, limit: int = 160) -> str:
 
 
 def library_note(fn) -> str:
-    """How many dot kernels the tuner handed to the vendor library (`backends/triton/library.py`), for the note."""
-    from tilegraph.backends.triton.library import LibraryCall
+    """How many dot kernels the tuner handed to the vendor's libraries (`backends/triton/library.py`: cuBLAS,
+    `library_conv.py`: cuDNN), for the note."""
+    from tilegraph.backends.triton.library import MatmulCall
+    from tilegraph.backends.triton.library_conv import ConvCall
     from tilegraph.backends.triton.tuner import installed
 
     dots = [s for s in fn.generated.kernels if s is not None and s.uses_dot]
-    calls = sum(isinstance(installed(fn, s)[0], LibraryCall) for s in dots)
-    return f"{calls} of {len(dots)} dot kernels as cuBLAS calls" if calls else ""
+    chosen = [installed(fn, s)[0] for s in dots]
+    counts = [(sum(isinstance(c, kind) for c in chosen), name) for kind, name in ((MatmulCall, "cuBLAS"),
+                                                                                   (ConvCall, "cuDNN"))]
+    calls = " and ".join(f"{n} {name}" for n, name in counts if n)
+    return f"{calls} calls for {len(dots)} dot kernels" if calls else ""
 
 
 def tuning_log(fn) -> str:
@@ -409,8 +416,8 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
            "held to its flash kernel, whole models in TFLOP/s. f32 rows allow TF32 on both sides. `first s`: "
            "seconds to the first result (tilegraph: build, JIT compiles, autotuning; torch.compile: Inductor). "
            "Whole-model rows say \"model\" in the note, and how many of their dot kernels the tuner handed to "
-           "cuBLAS where it timed that faster (`backends/triton/library.py`). A whole model's `tilegraph ms` "
-           "replays its launches through a CUDA graph, as `torch.compile(backend=\"tilegraph\")` does by "
+           "cuBLAS or cuDNN where it timed that faster (`backends/triton/library.py`, `library_conv.py`). A "
+           "whole model's `tilegraph ms` replays its launches through a CUDA graph, as `torch.compile(backend=\"tilegraph\")` does by "
            "default; `tg launched` times them one by one (torch.compile's default mode launches one by one "
            "too); `compile-ro`: torch.compile(mode=\"reduce-overhead\"), which replays CUDA graphs. The note's "
            "`kernels` is tilegraph's device time per call (torch profiler): the floor a replay approaches.", ""]

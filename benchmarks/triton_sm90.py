@@ -67,8 +67,9 @@ def row(name: str, batch: int, dtype: str) -> str:
 
 
 def library_share(fn) -> float:
-    """The share of the program's dot FLOPs in kernels the tuner can also run as a cuBLAS call
-    (`backends/triton/library.py`: one matmul, an add, a short epilogue)."""
+    """The share of the program's dot FLOPs in kernels the tuner can also run as a library call
+    (`backends/triton/library.py`: one matmul, an add, a short epilogue, by cuBLAS; `library_conv.py`: one
+    convolution, a batch norm or bias, a short epilogue, by cuDNN)."""
     from tilegraph.backends.triton.tuner import library_candidate
 
     kernels = [(p, s) for p, s in enumerate(fn.generated.kernels) if s is not None and s.uses_dot]
@@ -109,14 +110,14 @@ tiles, the untuned launch configuration (4 warps, 8 for a dot's 128 x 128 accumu
 kernels whose blocks fit, else 2). `f32`: products in TF32; `f32 ieee`: TF32 off (torch's default for matmuls),
 so dots run on FMA units (`none`).
 `kernels`: Triton launches per call; `distinct`: functions compiled (repeated layers share one); `dot`: distinct
-kernels with `tl.dot`; `cuBLAS-able`: the share of the dot FLOPs in kernels the tuner also times as a cuBLAS call
-(`backends/triton/library.py`); then the dot kernels by tensor-core instruction; `cp.async`: dot kernels whose
-loads are staged (pipelined), `16 B`: of them, those copying some operand in whole 16-byte vectors; `spills`:
+kernels with `tl.dot`; `library-able`: the share of the dot FLOPs in kernels the tuner also times as a cuBLAS or
+cuDNN call (`backends/triton/library.py`, `library_conv.py`); then the dot kernels by tensor-core instruction;
+`cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying some operand in whole 16-byte vectors; `spills`:
 kernels spilling registers; `regs`, `shared KiB`: the largest of any kernel; `build s`: seconds of
 `tilegraph.compile` (passes, parameters in the model's dtype, code generation); `s`: seconds to compile the
 kernels for sm_90 here (on {compile_threads()} threads, `launch.compile_threads`).
 
-| model | batch | dtype | kernels | distinct | dot | cuBLAS-able | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | build s | s |
+| model | batch | dtype | kernels | distinct | dot | library-able | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | build s | s |
 |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 """ + "\n".join(rows) + "\n")
     return 0

@@ -28,7 +28,6 @@ from .options import TritonOptions
 CONTRACTIONS = ("matmul", "batch_matmul")  # the ops torch.matmul computes with the same broadcasting
 DTYPES = (DType.f16, DType.bf16, DType.f32)
 SWITCH = "TILEGRAPH_LIBRARY_CALLS"
-LABEL = "library (torch.matmul)"  # the candidate's name in the tuner's timings
 
 
 def enabled() -> bool:
@@ -53,14 +52,16 @@ class Operand:
         return tensor if self.shape is None else tensor.view(self.shape)
 
 
-# what a library call applies to its product in place, one torch kernel each (each rounds to the dtype, as eager)
+# what a library call applies to its result, into `out` (in place where out is x), one torch kernel each (each
+# rounds to the dtype, as eager)
 UNARY = {
-    "relu": lambda torch, x, attrs: x.relu_(),
-    "silu": lambda torch, x, attrs: torch.nn.functional.silu(x, inplace=True),
-    "gelu": lambda torch, x, attrs: torch.ops.aten.gelu.out(x, approximate=attrs, out=x),
-    "tanh": lambda torch, x, attrs: x.tanh_(),
-    "sigmoid": lambda torch, x, attrs: x.sigmoid_(),
+    "relu": lambda torch, x, attrs, out: torch.clamp_min(x, 0, out=out),
+    "silu": lambda torch, x, attrs, out: torch.ops.aten.silu.out(x, out=out),
+    "gelu": lambda torch, x, attrs, out: torch.ops.aten.gelu.out(x, approximate=attrs, out=out),
+    "tanh": lambda torch, x, attrs, out: torch.tanh(x, out=out),
+    "sigmoid": lambda torch, x, attrs, out: torch.sigmoid(x, out=out),
 }
+LABEL = "library (torch)"  # the candidate's name in the tuner's timings: cuBLAS or cuDNN through torch
 BINARY = ("add", "sub", "mul", "div")
 MAX_EPILOGUE = 2  # elementwise ops after the product and its add: each is a pass over the result
 
@@ -77,17 +78,32 @@ class Step:
     second: bool = False
     shape: tuple[int, ...] | None = None
 
-    def apply(self, torch, x, args) -> None:
+    def apply(self, torch, x, args, out=None) -> None:
+        """x's op, written into `out` (default: x itself)."""
+        out = x if out is None else out
         if self.other is None:
-            UNARY[self.op](torch, x, self.attrs)
+            UNARY[self.op](torch, x, self.attrs, out)
             return
         other = self.other.of(args)
-        getattr(torch, self.op)(*((other, x) if self.second else (x, other)), out=x)
+        getattr(torch, self.op)(*((other, x) if self.second else (x, other)), out=out)
+
+
+class LibraryCall:
+    """A kernel run by the vendor's library through torch (`MatmulCall`: cuBLAS; `library_conv.ConvCall`: cuDNN).
+    It stands in for the kernel's @triton.jit function: `call[grid](*args, num_warps=..., num_stages=...)` takes
+    the kernel's own arguments and writes its output in place; there is nothing to compile."""
+
+    library = "torch"  # what runs it, for reports
+
+    def __getitem__(self, grid) -> LibraryCall:
+        return self
 
 
 @dataclass(frozen=True)
-class LibraryCall:
+class MatmulCall(LibraryCall):
     """`out = epilogue(a @ b (+ c))` on the kernel's arguments."""
+
+    library = "torch.matmul"
 
     name: str
     a: Operand
@@ -97,16 +113,13 @@ class LibraryCall:
     tf32: bool
     epilogue: tuple[Step, ...] = ()
 
-    def __getitem__(self, grid) -> LibraryCall:
-        return self
-
     def __call__(self, *args, num_warps: int | None = None, num_stages: int | None = None) -> None:
         import torch
 
         a, b, out = self.a.of(args), self.b.of(args), self.out.of(args)
         # no autograd, as for the Triton kernels (out= refuses operands that require grad, such as a module's
         # weights read in place)
-        with torch.no_grad(), _precision(torch, out, self.tf32):
+        with torch.no_grad(), precision(torch, out, self.tf32):
             c = None if self.c is None else self.c.of(args)
             rows = None if c is None else _rows(a, b, c, out)
             if rows is not None:  # one cuBLAS call with the add in its epilogue
@@ -119,7 +132,8 @@ class LibraryCall:
                 step.apply(torch, out if step.shape is None else out.view(step.shape), args)
 
 
-def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+def inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation undoing `order` (a packed parameter's stored axis order)."""
     inverse = [0] * len(order)
     for axis, source in enumerate(order):
         inverse[source] = axis
@@ -141,20 +155,22 @@ def _rows(a, b, c, out):
 
 
 @contextmanager
-def _precision(torch, out, tf32: bool):
-    """torch's f32 matmul precision set to the program's for the call where they differ (CUDA f32 only; restored
-    after). Read and set through `allow_tf32`, the flag the build read (`TritonOptions.from_torch`), or through
-    `fp32_precision` where the caller set that one: torch refuses a read of one after the other set another."""
+def precision(torch, out, tf32: bool, conv: bool = False):
+    """torch's f32 matmul (`conv`: cuDNN convolution) precision set to the program's for the call where they
+    differ (CUDA f32 only; restored after). Read and set through `allow_tf32`, the flag the build read
+    (`TritonOptions.from_torch`), or through `fp32_precision` where the caller set that one: torch refuses a read
+    of one after the other set another."""
     if out.dtype != torch.float32 or out.device.type != "cuda":
         yield
         return
-    flags = torch.backends.cuda.matmul
+    old = torch.backends.cudnn if conv else torch.backends.cuda.matmul
     with warnings.catch_warnings():  # newer torch deprecates the allow_tf32 spelling
         warnings.simplefilter("ignore")
         try:
-            name, before = "allow_tf32", bool(flags.allow_tf32)
+            flags, name, before = old, "allow_tf32", bool(old.allow_tf32)
             wanted = tf32
         except RuntimeError:
+            flags = torch.backends.cudnn.conv if conv else old
             name, before = "fp32_precision", flags.fp32_precision
             wanted = "tf32" if tf32 else "ieee"
         if before != wanted:
@@ -169,7 +185,7 @@ def _precision(torch, out, tf32: bool):
 
 
 def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],
-                 options: TritonOptions, name: str) -> LibraryCall | None:
+                 options: TritonOptions, name: str) -> MatmulCall | None:
     """The library call computing `kernel` (whose generated function takes `args`), or None when the kernel is
     not one matmul of floats, optionally followed by an add of a kernel input and up to MAX_EPILOGUE elementwise
     ops, with reshapes of its inputs before it and of its result between and after them."""
@@ -222,7 +238,7 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
         if source not in position:
             return None
         order = layouts.get(source)
-        return Operand(position[source], None if order is None else _inverse(order),
+        return Operand(position[source], None if order is None else inverse(order),
                        value.type.shape if source is not value else None)
 
     found = [operand(v) for v in (*operands, *extra)]
@@ -238,8 +254,9 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
         return Step(node.op, None, next(others), second=node.inputs[1] is not other, shape=shape)
 
     steps = tuple(step(node, other) for node, other in applied)
-    return LibraryCall(name, found[0], found[1], found[2], found[3] if c is not None else None,
+    return MatmulCall(name, found[0], found[1], found[2], found[3] if c is not None else None,
                        options.precision(product.op) == "tf32", steps)
 
 
-__all__ = ["LibraryCall", "Operand", "Step", "library_call", "enabled", "SWITCH", "LABEL"]
+__all__ = ["LibraryCall", "MatmulCall", "Operand", "Step", "library_call", "inverse", "precision", "enabled",
+           "SWITCH", "LABEL"]

@@ -183,8 +183,9 @@ class TritonProgram(CompiledProgram):
                 lines.append(f"  {kernel.name}: " + (f"view of %{view.name} (reshape, no copy)" if view is not None
                                                      else "layout step (torch)"))
                 continue
-            if self._module is not None and isinstance(installed(self, source)[0], LibraryCall):
-                lines.append(f"  {kernel.name}: library call (torch.matmul, chosen by tuning)")
+            call = installed(self, source)[0] if self._module is not None else None
+            if isinstance(call, LibraryCall):
+                lines.append(f"  {kernel.name}: library call ({call.library}, chosen by tuning)")
                 continue
             blocks = " ".join(f"{p.kind[0]}{p.tile}/{p.block}" for p in source.loops)
             warps, stages = self.configs[position]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import autotune, library, variants
+from . import autotune, library, library_conv, variants
 from .launch import parallel_compiles
 
 VARIANT_STAGES = 3  # pipeline stages the variants are compared at (4 warps, 8 for 128x128 blocks and up)
@@ -188,10 +188,12 @@ def _variant_warps(kernel, variant: variants.Variant) -> int:
 
 
 def library_candidate(compiled, position: int, source) -> library.LibraryCall | None:
-    """The library call computing kernel `position` (None: it is not one matmul with a short epilogue)."""
+    """The library call computing kernel `position`: cuBLAS for one matmul, cuDNN for one convolution, each with a
+    short epilogue (None: neither)."""
     kernel = compiled.program.kernels[position]
-    return library.library_call(kernel, source.args, compiled.generated.layouts, compiled.options,
-                                f"{source.function}_library")
+    found = (make(kernel, source.args, compiled.generated.layouts, compiled.options, f"{source.function}_library")
+             for make in (library.library_call, library_conv.conv_call))
+    return next((call for call in found if call is not None), None)
 
 
 def _candidates(compiled, position, source) -> list[tuple[variants.Variant, object, int]]:

@@ -165,3 +165,43 @@ def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, d
     for out in results:
         np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=tolerance,
                                    atol=tolerance * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_convolution_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype):
+    """A convolution with a batch norm, a residual add and ReLU run by cuDNN (`library_conv.py`, the batch norm
+    folded into the call): the same results through the walk, the direct launches and a CUDA graph's replay; in
+    f32 the program's precision (IEEE, built with tf32=False) holds whatever torch's convolution flag is."""
+    from tilegraph.backends.triton import library_conv
+    from tilegraph.backends.triton.launch import GraphedLauncher
+
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    c = f"{dtype}[32, 1, 1]"
+    graph = parse(f"def f(x: {dtype}[4, 16, 28, 28], w: {dtype}[32, 16, 3, 3], m: {c}, s: {c}, b: {c}, "
+                  f"r: {dtype}[4, 32, 14, 14]) -> {dtype}[4, 32, 14, 14] "
+                  "{ return relu((conv2d(x, w, stride=[2, 2], padding=[1, 1]) - m) * s + b + r) }")
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs)[0].astype(np.float32)
+    fn = tilegraph.compile(graph, target="triton", tf32=False)
+    fn.autotune = False
+    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
+    source = fn.generated.kernels[position]
+    call = tuner.library_candidate(fn, position, source)
+    assert isinstance(call, library_conv.ConvCall) and not call.tf32 and len(call.affine) == 3
+    tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
+    tf32_before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True  # torch's default; the program's IEEE precision holds
+    try:
+        launcher = fn.launcher()
+        cuda = launcher.check([torch.from_numpy(a).cuda() for a in inputs])
+        graphed = GraphedLauncher(launcher)
+        results = [launcher(*cuda)[0], launcher(*cuda)[0]] + [graphed(*cuda)[0] for _ in range(3)]
+        assert isinstance(launcher.direct, launch.DirectLaunch)
+        assert torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32_before
+    tolerance = 1e-4 if dtype == "f32" else 3e-2
+    for out in results:
+        np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=tolerance,
+                                   atol=tolerance * float(np.abs(want).max()))

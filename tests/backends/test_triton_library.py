@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
-from tilegraph.backends.triton import autotune, launch, library, tuner  # noqa: E402
+from tilegraph.backends.triton import autotune, launch, library, library_conv, tuner  # noqa: E402
 from tilegraph.frontends.dsl import parse  # noqa: E402
 
 from triton_cases import CASES, assert_same  # noqa: E402
@@ -82,9 +82,11 @@ def test_which_kernels_are_library_calls():
     (gated,) = [call for call in found.values() if call.epilogue]
     assert [step.op for step in gated.epilogue] == ["silu", "mul"] and gated.epilogue[1].other is not None
     assert any(n.op == "reshape" for p in found for n in fn.program.kernels[p].nodes), "reshapes of rows ride along"
-    for source in ("attention", "softmax", "conv_relu"):
+    for source in ("attention", "softmax"):
         other = tilegraph.compile(parse(CASES[source]), target="triton")
         assert not calls(other), source
+    (conv,) = calls(tilegraph.compile(parse(CASES["conv_relu"]), target="triton")).values()
+    assert isinstance(conv, library_conv.ConvCall) and [step.op for step in conv.epilogue] == ["relu"]
 
 
 @pytest.mark.parametrize("body, library", [
@@ -220,9 +222,9 @@ def test_a_faster_library_call_is_installed_and_cached(monkeypatch):
     installed = getattr(fn.module(), source.function)
     assert isinstance(installed, tuner.VariantLaunch) and isinstance(installed.fn, library.LibraryCall)
     times = fn.timings[position]
-    assert min(times["tiles"], key=times["tiles"].get) == "library (torch.matmul)"
+    assert min(times["tiles"], key=times["tiles"].get) == library.LABEL
     assert "config" not in times, "no warps or stages to time for a library call"
-    assert list(times["tiles"])[1] == "library (torch.matmul)", "timed right after the Program's own tiling"
+    assert list(times["tiles"])[1] == library.LABEL, "timed right after the Program's own tiling"
     entry = autotune.ConfigCache().get(autotune.config_key(source.text, "Fake H100"))
     assert entry.library and entry.tiles is None
     inputs = reference.random_inputs(graph)
@@ -239,7 +241,7 @@ def test_a_slower_library_call_is_timed_and_left_out(monkeypatch):
     fn, _ = tuned(graph, monkeypatch, library_ms=5.0)
     (position,) = [p for p, s in enumerate(fn.generated.kernels) if s is not None]
     source = fn.generated.kernels[position]
-    assert "library (torch.matmul)" in fn.timings[position]["tiles"]
+    assert library.LABEL in fn.timings[position]["tiles"]
     assert not isinstance(getattr(fn.module(), source.function), tuner.VariantLaunch)
     assert not autotune.ConfigCache().get(autotune.config_key(source.text, "Fake H100")).library
 
@@ -252,7 +254,7 @@ def test_past_the_budget_the_library_call_is_still_compared(monkeypatch, library
     graph = parse(MATMUL)
     fn, timer = tuned(graph, monkeypatch, library_ms=library_ms)
     (position,) = fn.timings
-    assert timer.calls == 2 and set(fn.timings[position]["tiles"]) == {"generated", "library (torch.matmul)"}
+    assert timer.calls == 2 and set(fn.timings[position]["tiles"]) == {"generated", library.LABEL}
     source = fn.generated.kernels[position]
     installed = getattr(fn.module(), source.function)
     assert isinstance(installed, tuner.VariantLaunch) == (library_ms < 1.0)
@@ -290,12 +292,12 @@ def test_library_calls_can_be_switched_off(monkeypatch):
     monkeypatch.setenv(library.SWITCH, "0")
     fn, _ = tuned(parse(MATMUL), monkeypatch, library_ms=0.5)
     (position,) = fn.timings
-    assert "library (torch.matmul)" not in fn.timings[position].get("tiles", {})
+    assert library.LABEL not in fn.timings[position].get("tiles", {})
 
 
 def test_a_call_takes_weights_that_require_grad():
     """A module's weights read in place require grad; the call runs outside autograd, as the kernels do."""
-    call = library.LibraryCall("k", library.Operand(0), library.Operand(1), library.Operand(2), None, False)
+    call = library.MatmulCall("k", library.Operand(0), library.Operand(1), library.Operand(2), None, False)
     a, b = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
     out = torch.empty(3, 5)
     call[(1,)](a, b, out, num_warps=4, num_stages=3)
@@ -313,6 +315,6 @@ def test_precision_follows_the_program_only_for_cuda_f32():
     """The f32 flag is set (and restored) only around a CUDA f32 call; here nothing changes."""
     x = torch.ones(2, 2)
     before = torch.backends.cuda.matmul.allow_tf32
-    with library._precision(torch, x, True):
+    with library.precision(torch, x, True):
         assert torch.backends.cuda.matmul.allow_tf32 == before
-    assert np.array_equal(library._inverse((2, 0, 1)), (1, 2, 0))
+    assert np.array_equal(library.inverse((2, 0, 1)), (1, 2, 0))

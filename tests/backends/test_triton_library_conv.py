@@ -1,0 +1,140 @@
+"""The convolution library call (`library_conv.py`): a kernel that is one conv2d, a per-channel affine (a batch
+norm's sub, mul, add; a bias) folded into the call, and up to two elementwise ops, run by torch's convolution. On
+the CPU torch runs it on the interpreter's tensors, so what it computes (strides, padding, dilation, groups, the
+folding, the epilogue) is checked against the reference here; on CUDA the same call is cuDNN's."""
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+import tilegraph  # noqa: E402
+from tilegraph.backends import reference  # noqa: E402
+from tilegraph.backends.triton import library, library_conv, tuner  # noqa: E402
+from tilegraph.frontends.dsl import parse  # noqa: E402
+
+from triton_cases import assert_same  # noqa: E402
+
+# the epilogue after conv2d (as `y`), with m, s, b per channel and r the residual
+EPILOGUES = {
+    "none": "y",
+    "bias": "y + b",
+    "batch_norm": "(y - m) * s + b",
+    "batch_norm_relu": "relu((y - m) * s + b)",
+    "batch_norm_residual_relu": "relu((y - m) * s + b + r)",
+    "scale_first": "s * y + b",
+    "relu_then_scale": "relu(y) * s",  # a per-channel op after ReLU is an epilogue op, not folded
+    "gelu_residual": "gelu(y + b) + r",
+}
+
+
+def conv_source(n, c, h, w, f, k, stride, padding, dilation, groups, epilogue, dtype="f32") -> tuple[str, int, int]:
+    oh = (h + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    ow = (w + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    body = EPILOGUES[epilogue].replace(
+        "y", f"conv2d(x, w, stride=[{stride}, {stride}], padding=[{padding}, {padding}], "
+             f"dilation=[{dilation}, {dilation}], groups={groups})")
+    channel = f"{dtype}[{f}, 1, 1]"
+    return (f"def f(x: {dtype}[{n}, {c}, {h}, {w}], w: {dtype}[{f}, {c // groups}, {k}, {k}], m: {channel}, "
+            f"s: {channel}, b: {channel}, r: {dtype}[{n}, {f}, {oh}, {ow}]) -> {dtype}[{n}, {f}, {oh}, {ow}] "
+            f"{{ return {body} }}"), oh, ow
+
+
+def conv_calls(fn) -> dict[int, library_conv.ConvCall]:
+    found = {}
+    for position, source in enumerate(fn.generated.kernels):
+        if source is not None:
+            call = tuner.library_candidate(fn, position, source)
+            if isinstance(call, library_conv.ConvCall):
+                found[position] = call
+    return found
+
+
+def run_with_calls(graph, fn, calls, inputs):
+    state = tuner.state_of(fn)
+    for position, call in calls.items():
+        tuner.install(fn, state, fn.generated.kernels[position], call, fn.generated.kernels[position].grid)
+    return fn(*inputs)
+
+
+@given(n=st.integers(1, 2), c=st.sampled_from([1, 3, 4, 8]), hw=st.integers(4, 11), f=st.sampled_from([2, 4, 8]),
+       k=st.sampled_from([1, 3, 5]), stride=st.integers(1, 2), padding=st.integers(0, 2), dilation=st.integers(1, 2),
+       grouped=st.booleans(), epilogue=st.sampled_from(sorted(EPILOGUES)))
+@settings(max_examples=25, deadline=None)
+def test_any_convolution_and_epilogue_runs_as_a_library_call(n, c, hw, f, k, stride, padding, dilation, grouped,
+                                                             epilogue):
+    groups = c if grouped and f % c == 0 else 1
+    if hw + 2 * padding < dilation * (k - 1) + 1:
+        return  # the kernel is larger than the padded input
+    source, _, _ = conv_source(n, c, hw, hw, f, k, stride, padding, dilation, groups, epilogue)
+    graph = parse(source)
+    fn = tilegraph.compile(graph, target="triton")
+    calls = conv_calls(fn)
+    assert len(calls) == 1, [[n.op for n in kernel.nodes] for kernel in fn.program.kernels]
+    (call,) = calls.values()
+    folded = {"batch_norm": 3, "batch_norm_relu": 3, "batch_norm_residual_relu": 3, "scale_first": 2, "bias": 1}
+    assert len(call.affine) == folded.get(epilogue, 0 if epilogue != "gelu_residual" else 1)
+    inputs = reference.random_inputs(graph)
+    assert_same(run_with_calls(graph, fn, calls, inputs), reference.run(graph, inputs),
+                [v.type for v in graph.outputs])
+
+
+def test_a_resnet_runs_with_every_convolution_as_a_library_call():
+    """A small ResNet-50 (transformers' config, batch norms after every convolution, residual adds, ReLUs): every
+    convolution kernel is a library call, and the model with all of them installed matches the reference."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from torch_models import WHOLE_MODELS
+    from tilegraph.frontends.fx import from_module
+
+    (model,) = [m for m in WHOLE_MODELS if m.name == "resnet50"]
+    module, inputs = model.build_in("f32", 2, True, None)
+    with torch.no_grad():
+        graph = from_module(module, inputs)
+    fn = tilegraph.compile(graph, target="triton")
+    convolutions = [p for p, kernel in enumerate(fn.program.kernels)
+                    if fn.generated.kernels[p] is not None and any(node.op == "conv2d" for node in kernel.nodes)]
+    calls = conv_calls(fn)
+    assert set(calls) == set(convolutions)
+    assert all(len(call.affine) == 3 for call in calls.values()), "each batch norm folds into its convolution"
+    arrays = [t.numpy() for t in inputs]
+    assert_same(run_with_calls(graph, fn, calls, arrays), reference.run(graph, arrays),
+                [v.type for v in graph.outputs])
+    assert fn.report().count("library call (torch convolution") == len(calls)
+
+
+def test_bf16_folds_in_the_programs_dtype():
+    source, _, _ = conv_source(2, 4, 8, 8, 8, 3, 1, 1, 1, 1, "batch_norm_residual_relu", dtype="bf16")
+    graph = parse(source)
+    fn = tilegraph.compile(graph, target="triton")
+    calls = conv_calls(fn)
+    inputs = reference.random_inputs(graph)
+    assert_same(run_with_calls(graph, fn, calls, inputs), reference.run(graph, inputs),
+                [v.type for v in graph.outputs])
+
+
+@pytest.mark.parametrize("body", [
+    "conv2d(x, w, padding=[1, 1], padding_end=[0, 0])",  # asymmetric padding: torch's convolution pads evenly
+    "exp(relu(sigmoid(conv2d(x, w))))",  # more than MAX_EPILOGUE ops after the affine part
+    "conv2d(x, w) * 2.0",  # a constant is not a kernel argument
+])
+def test_what_is_not_a_convolution_library_call(body):
+    out = "f32[1, 4, 6, 6]" if "padding_end" not in body else "f32[1, 4, 7, 7]"
+    fn = tilegraph.compile(parse(f"def f(x: f32[1, 2, 8, 8], w: f32[4, 2, 3, 3]) -> {out} {{ return {body} }}"),
+                           target="triton")
+    assert not conv_calls(fn)
+
+
+def test_the_convolution_flag_is_left_alone_off_cuda():
+    before = torch.backends.cudnn.allow_tf32
+    with library.precision(torch, torch.ones(2), not before, conv=True):
+        assert torch.backends.cudnn.allow_tf32 == before
