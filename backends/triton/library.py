@@ -56,6 +56,7 @@ class Operand:
 # rounds to the dtype, as eager)
 UNARY = {
     "relu": lambda torch, x, attrs, out: torch.clamp_min(x, 0, out=out),
+    "relu6": lambda torch, x, attrs, out: torch.clamp(x, 0, 6, out=out),
     "silu": lambda torch, x, attrs, out: torch.ops.aten.silu.out(x, out=out),
     "gelu": lambda torch, x, attrs, out: torch.ops.aten.gelu.out(x, approximate=attrs, out=out),
     "tanh": lambda torch, x, attrs, out: torch.tanh(x, out=out),
