@@ -79,14 +79,15 @@ class Step:
     second: bool = False
     shape: tuple[int, ...] | None = None
 
-    def apply(self, torch, x, args, out=None) -> None:
-        """x's op, written into `out` (default: x itself)."""
+    def apply(self, torch, x, args, out=None):
+        """x's op, written into `out` (default: x itself); returns `out`."""
         out = x if out is None else out
         if self.other is None:
             UNARY[self.op](torch, x, self.attrs, out)
-            return
+            return out
         other = self.other.of(args)
         getattr(torch, self.op)(*((other, x) if self.second else (x, other)), out=out)
+        return out
 
 
 class LibraryCall:

@@ -2,11 +2,11 @@
 sub, mul, add by [C, 1, 1] parameters; a bias) and up to two elementwise ops (a residual add, ReLU, ...), run by
 the vendor's library: torch's convolution (cuDNN on CUDA), as torch.compile's default mode runs convolutions.
 
-The affine part is folded into the call on every call (weights scaled per output channel, the shift as the
-convolution's bias: a pass over the weights, which ResNet-50's activations outweigh twenty-fold at batch 32), so
-the convolution's own epilogue adds it; a changed parameter is read on the next call, CUDA graph replays
-included. The last ops then write the kernel's output, the first of them from the convolution's result (which
-torch allocates: its out= variant copies anyway). Like `library.MatmulCall`, a `ConvCall` stands in for the
+The affine part is folded into the call on every call (weights scaled per output channel: a pass over the
+weights, which ResNet-50's activations outweigh twenty-fold at batch 32; the shift added as the first pass over
+the result), so a changed parameter is read on the next call, CUDA graph replays included. Each op after the
+convolution's result (which torch allocates: its out= variant copies anyway) writes the kernel's output, the
+first from that result, the rest in place. Like `library.MatmulCall`, a `ConvCall` stands in for the
 kernel's @triton.jit function, and the tuner times it beside the generated kernel.
 """
 from __future__ import annotations
@@ -54,18 +54,25 @@ class ConvCall(LibraryCall):
 
         x, w, out = self.x.of(args), self.w.of(args), self.out.of(args)
         with torch.no_grad(), precision(torch, out, self.tf32, conv=True):
-            scale, shift = self.folded(args)
+            scale, shift = self.folded(torch, args)
             if scale is not None:
                 w = w * scale.view(-1, 1, 1, 1)
-            y = torch.ops.aten.convolution(x, w, shift, self.stride, self.padding, self.dilation, False, (0, 0),
+            # torch adds a convolution's bias in a pass of its own, so the shift is the first op writing `out`
+            y = torch.ops.aten.convolution(x, w, None, self.stride, self.padding, self.dilation, False, (0, 0),
                                            self.groups)
-            if not self.epilogue:
+            if shift is not None:
+                y = torch.add(y, shift.view(-1, 1, 1), out=out)
+            for step in self.epilogue:
+                y = step.apply(torch, y, args, out)
+            if y is not out:
                 out.copy_(y)
-            for n, step in enumerate(self.epilogue):
-                step.apply(torch, y if n == 0 else out, args, out)
 
-    def folded(self, args):
-        """(scale, shift) per output channel, or None for an identity part."""
+    def folded(self, torch, args):
+        """(scale, shift) per output channel, or None for an identity part; one small kernel for a batch norm
+        ((y - m) * s + b: scale s, shift b - m * s), each one a launch inside a CUDA graph too."""
+        if tuple(step.op for step in self.affine) == ("sub", "mul", "add"):
+            m, s, b = (step.other.of(args).reshape(-1) for step in self.affine)
+            return s, torch.addcmul(b, m, s, value=-1)
         scale = shift = None
         for step in self.affine:
             c = step.other.of(args).reshape(-1)
