@@ -129,18 +129,13 @@ def test_block_size_variants_are_timed_installed_and_cached(tmp_path, monkeypatc
     assert again.timings == {}, "the winner came from the cache"
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype):
-    """A matmul with a bias, every kernel that is one run by cuBLAS (`library.py`): the same results through the
-    walk, the direct launches and a CUDA graph's replay; the f32 product in the program's precision (IEEE here:
-    torch's default), with torch's own flag as it was after the call."""
-    from tilegraph.backends.triton import library
+def library_call_results(graph, kind, flags, dtype: str):
+    """Build `graph` (one kernel) with tf32=False, install its library call (checked to be a `kind` in IEEE
+    precision) and run it through the walk, the direct launches and a CUDA graph's replay, with torch's TF32 flag
+    on `flags` set to True meanwhile (the program's precision must hold whatever torch's is, and the flag must be
+    as it was after each call). Returns the call."""
     from tilegraph.backends.triton.launch import GraphedLauncher
 
-    monkeypatch.undo()
-    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
-    graph = parse(f"def f(a: {dtype}[3, 200, 96], b: {dtype}[96, 80], c: {dtype}[80]) -> {dtype}[3, 200, 80] "
-                  "{ return a @ b + c }")
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs)[0].astype(np.float32)
     fn = tilegraph.compile(graph, target="triton", tf32=False)
@@ -148,32 +143,44 @@ def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, d
     (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
     source = fn.generated.kernels[position]
     call = tuner.library_candidate(fn, position, source)
-    assert isinstance(call, library.LibraryCall) and not call.tf32
+    assert isinstance(call, kind) and not call.tf32
     tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
-    tf32_before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True  # the program's IEEE precision holds whatever torch's is
+    tf32_before = flags.allow_tf32
+    flags.allow_tf32 = True
     try:
         launcher = fn.launcher()
         cuda = launcher.check([torch.from_numpy(a).cuda() for a in inputs])
         graphed = GraphedLauncher(launcher)
         results = [launcher(*cuda)[0], launcher(*cuda)[0]] + [graphed(*cuda)[0] for _ in range(3)]
         assert isinstance(launcher.direct, launch.DirectLaunch)
-        assert torch.backends.cuda.matmul.allow_tf32
+        assert flags.allow_tf32
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+        flags.allow_tf32 = tf32_before
     tolerance = 1e-4 if dtype == "f32" else 3e-2
     for out in results:
         np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=tolerance,
                                    atol=tolerance * float(np.abs(want).max()))
+    return call
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype):
+    """A matmul with a bias run by cuBLAS (`library.py`): the same results through the walk, the direct launches
+    and a CUDA graph's replay; the f32 product in the program's precision (IEEE here: torch's default)."""
+    from tilegraph.backends.triton import library
+
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    graph = parse(f"def f(a: {dtype}[3, 200, 96], b: {dtype}[96, 80], c: {dtype}[80]) -> {dtype}[3, 200, 80] "
+                  "{ return a @ b + c }")
+    library_call_results(graph, library.MatmulCall, torch.backends.cuda.matmul, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_convolution_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype):
     """A convolution with a batch norm, a residual add and ReLU run by cuDNN (`library_conv.py`, the batch norm
-    folded into the call): the same results through the walk, the direct launches and a CUDA graph's replay; in
-    f32 the program's precision (IEEE, built with tf32=False) holds whatever torch's convolution flag is."""
+    folded into the call), as above; in f32 IEEE whatever torch's convolution flag (TF32 by default) is."""
     from tilegraph.backends.triton import library_conv
-    from tilegraph.backends.triton.launch import GraphedLauncher
 
     monkeypatch.undo()
     monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
@@ -181,27 +188,5 @@ def test_convolution_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, mo
     graph = parse(f"def f(x: {dtype}[4, 16, 28, 28], w: {dtype}[32, 16, 3, 3], m: {c}, s: {c}, b: {c}, "
                   f"r: {dtype}[4, 32, 14, 14]) -> {dtype}[4, 32, 14, 14] "
                   "{ return relu((conv2d(x, w, stride=[2, 2], padding=[1, 1]) - m) * s + b + r) }")
-    inputs = reference.random_inputs(graph)
-    want = reference.run(graph, inputs)[0].astype(np.float32)
-    fn = tilegraph.compile(graph, target="triton", tf32=False)
-    fn.autotune = False
-    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
-    source = fn.generated.kernels[position]
-    call = tuner.library_candidate(fn, position, source)
-    assert isinstance(call, library_conv.ConvCall) and not call.tf32 and len(call.affine) == 3
-    tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
-    tf32_before = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True  # torch's default; the program's IEEE precision holds
-    try:
-        launcher = fn.launcher()
-        cuda = launcher.check([torch.from_numpy(a).cuda() for a in inputs])
-        graphed = GraphedLauncher(launcher)
-        results = [launcher(*cuda)[0], launcher(*cuda)[0]] + [graphed(*cuda)[0] for _ in range(3)]
-        assert isinstance(launcher.direct, launch.DirectLaunch)
-        assert torch.backends.cudnn.allow_tf32
-    finally:
-        torch.backends.cudnn.allow_tf32 = tf32_before
-    tolerance = 1e-4 if dtype == "f32" else 3e-2
-    for out in results:
-        np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=tolerance,
-                                   atol=tolerance * float(np.abs(want).max()))
+    call = library_call_results(graph, library_conv.ConvCall, torch.backends.cudnn, dtype)
+    assert len(call.affine) == 3, "the batch norm folds into the call"
