@@ -47,12 +47,15 @@ def test_the_table_keeps_failed_rows_and_says_what_was_not_run(bench):
     Row = bench.Row
     rows = [Row("matmul", "4096^3", "bf16", 0.2, 0.25, 0.19, flops=2 * 4096 ** 3, cublas_ms=0.19),
             Row("resnet50", "batch 32", "bf16", 2.0, 3.0, 1.0, note="model"),
-            Row("bert_base", "batch 32", "bf16", 1.0, 2.0, 2.0, note="model"),
+            Row("bert_base", "batch 32", "bf16", 1.0, 2.0, 2.0, note="model", launched_ms=1.5, compiled_ro_ms=0.8),
             Row("vit_base", "batch 32", "bf16", math.nan, math.nan, None,
                 note="model; failed: TilegraphError: no lowering / here")]
     text = bench.table(rows, 3e12, "H100", "python benchmarks/triton_gpu.py --quick", ["gpt2_small batch 1 f32"])
     lines = text.splitlines()
     assert "geometric mean of compile/tg 1.00 over 2 rows, lowest 0.50 (resnet50)" in text
+    assert "geometric mean of compile-ro/tg 0.80 over 1 rows, lowest 0.80 (bert_base)" in text
+    bert = next(line for line in lines if line.startswith("| bert_base"))
+    assert "| 1.000 | 1.500 | 2.000 | 2.000 | 0.800 |" in bert, "graph replay, launches one by one, eager, both modes"
     failed = next(line for line in lines if line.startswith("| vit_base"))
     assert "failed: TilegraphError" in failed and "| n/a |" in failed
     assert "Not run (over the time budget): gpt2_small batch 1 f32." in text
