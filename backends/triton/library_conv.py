@@ -125,7 +125,7 @@ def conv_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tupl
             if found is None:
                 return None
             affine.append(Affine(node.op, found))
-        elif node.op in UNARY and len(node.inputs) == 1:
+        elif node.op in UNARY and node.inputs == (result,):
             steps.append(Step(node.op, node.attrs.get("approximate")))
         elif other is not None and other.type.dtype == result.type.dtype:
             found = operand(other)

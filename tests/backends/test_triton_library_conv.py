@@ -131,12 +131,13 @@ def test_bf16_folds_in_the_programs_dtype():
     "conv2d(x, w, padding=[1, 1], padding_end=[0, 0])",  # asymmetric padding: torch's convolution pads evenly
     "exp(relu(sigmoid(conv2d(x, w))))",  # more than MAX_EPILOGUE ops after the affine part
     "conv2d(x, w) * 2.0",  # a constant is not a kernel argument
+    "conv2d(x, w) + relu(r)",  # an op on another operand is not a step on the result
 ])
 def test_what_is_not_a_convolution_library_call(body):
     out = "f32[1, 4, 6, 6]" if "padding_end" not in body else "f32[1, 4, 7, 7]"
-    fn = tilegraph.compile(parse(f"def f(x: f32[1, 2, 8, 8], w: f32[4, 2, 3, 3]) -> {out} {{ return {body} }}"),
-                           target="triton")
-    assert not conv_calls(fn)
+    fn = tilegraph.compile(parse(f"def f(x: f32[1, 2, 8, 8], w: f32[4, 2, 3, 3], r: {out}) -> {out} "
+                                 f"{{ return {body} }}"), target="triton")
+    assert len(fn.program.kernels) == 1 and not conv_calls(fn)
 
 
 def test_the_convolution_flag_is_left_alone_off_cuda():
