@@ -4,8 +4,9 @@ every kernel, and for dot kernels (matmul, conv, attention) also block sizes BLO
 
 Without a CUDA device (tests run the Triton interpreter) every kernel gets `default_config` and the
 Program's tiles, and nothing is timed. With one, the first run of a program times the candidates of each kernel
-with `triton.testing.do_bench` on the real buffers and keeps the fastest, within a time budget per
-program (`TILEGRAPH_TUNE_SECONDS`, default `TUNE_SECONDS`; it prints one line when it starts). Winners
+on the real buffers (`measure`: triton's do_bench, or its CUDA-graph timer with TILEGRAPH_TUNE_TIMER=graph) and
+keeps the fastest, within a time budget per program (`TILEGRAPH_TUNE_SECONDS`, default `TUNE_SECONDS`; it
+prints one line when it starts). Winners
 are cached per (kernel source, shapes, device) in a JSON file under the user cache directory, so later
 processes skip it; kernels the budget did not reach keep their defaults and are not cached.
 """
@@ -198,12 +199,24 @@ class Budget:
         return self.started is not None and self.clock() >= self.deadline
 
 
+TIMER = "TILEGRAPH_TUNE_TIMER"  # "launch" (default) or "graph": how `measure` times a candidate
+
+
+def measure(fn) -> float:
+    """Milliseconds per call of `fn` on the current CUDA device: triton's `do_bench`, the calls launched one by one
+    (where the host is slower than the device, its time counts: a library call's several torch kernels), or with
+    TILEGRAPH_TUNE_TIMER=graph triton's `do_bench_cudagraph`, the device's time alone, as a replayed program runs."""
+    import triton.testing
+
+    if os.environ.get(TIMER, "launch").strip().lower() == "graph":
+        return float(triton.testing.do_bench_cudagraph(fn, rep=20))
+    return float(triton.testing.do_bench(fn, warmup=5, rep=20))
+
+
 def tune(run, options, deadline: float | None = None, clock=time.perf_counter):
-    """Time `run(*option)` for each option on the current CUDA device, until `deadline` (`clock()`'s
+    """Time `run(*option)` for each option on the current CUDA device (`measure`), until `deadline` (`clock()`'s
     time; the first option is always timed). Returns the fastest, all times (ms), and whether every
     option was tried."""
-    from triton.testing import do_bench
-
     times = {}
     complete = True
     for n, option in enumerate(options):
@@ -211,7 +224,7 @@ def tune(run, options, deadline: float | None = None, clock=time.perf_counter):
             complete = False
             break
         try:
-            times[option] = do_bench(lambda: run(*option), warmup=5, rep=20)
+            times[option] = measure(lambda: run(*option))
         except Exception:  # a config the device cannot run (too many registers, shared memory) is skipped
             continue
     if not times:
@@ -219,5 +232,5 @@ def tune(run, options, deadline: float | None = None, clock=time.perf_counter):
     return min(times, key=times.get), times, complete
 
 
-__all__ = ["DEFAULT", "DOT_DEFAULT", "default_config", "dot_warps", "TUNE_SECONDS", "cache_dir", "candidates", "canonical", "config_key", "Choice", "ConfigCache",
-           "Budget", "tune"]
+__all__ = ["DEFAULT", "DOT_DEFAULT", "default_config", "dot_warps", "TUNE_SECONDS", "cache_dir", "candidates",
+           "canonical", "config_key", "Choice", "ConfigCache", "Budget", "tune", "measure", "TIMER"]

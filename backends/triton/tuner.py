@@ -215,8 +215,6 @@ def _candidates(compiled, position, source) -> list[tuple[variants.Variant, obje
 def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None):
     """Time the kernel's block-size variants (and library call); install the fastest. (variant or None, {label:
     ms}, the (warps, stages) the winner was timed at, or None when nothing was timed)."""
-    from triton.testing import do_bench
-
     kernel = compiled.program.kernels[position]
     loaded = _candidates(compiled, position, source)
     if len(loaded) <= 1:
@@ -234,7 +232,7 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
                 return
             try:
                 install(compiled, state, source, None if n == 0 else fn, grid)
-                times[variant.label()] = do_bench(lambda: launch(warps_of[n], VARIANT_STAGES), warmup=5, rep=20)
+                times[variant.label()] = autotune.measure(lambda: launch(warps_of[n], VARIANT_STAGES))
             except Exception:  # a tiling this device cannot run
                 continue
 
@@ -258,8 +256,6 @@ def _library_if_faster(compiled, state, position, launch, source, warm=None) -> 
     """Past the budget: the generated kernel (untuned) and its library call timed once each (no compiles but
     the kernel's own, which its first launch needs anyway), the faster installed; not cached, so that a run with
     more budget tunes the kernel in full."""
-    from triton.testing import do_bench
-
     call = library_candidate(compiled, position, source) if library.enabled() else None
     if call is None:
         return
@@ -267,9 +263,9 @@ def _library_if_faster(compiled, state, position, launch, source, warm=None) -> 
     _warm_all(warm, [(*installed(compiled, source), warps, stages)])
     times = {}
     try:
-        times["generated"] = do_bench(lambda: launch(warps, stages), warmup=5, rep=20)
+        times["generated"] = autotune.measure(lambda: launch(warps, stages))
         install(compiled, state, source, call, source.grid)
-        times[library.LABEL] = do_bench(lambda: launch(warps, stages), warmup=5, rep=20)
+        times[library.LABEL] = autotune.measure(lambda: launch(warps, stages))
     except Exception:  # noqa: BLE001 (either failing: the generated kernel stays)
         install(compiled, state, source)
         return

@@ -318,3 +318,17 @@ def test_precision_follows_the_program_only_for_cuda_f32():
     with library.precision(torch, x, True):
         assert torch.backends.cuda.matmul.allow_tf32 == before
     assert np.array_equal(library.inverse((2, 0, 1)), (1, 2, 0))
+
+
+@pytest.mark.parametrize("timer, expected", [(None, "do_bench"), ("graph", "do_bench_cudagraph")])
+def test_the_tuning_timer_is_chosen_by_the_environment(monkeypatch, timer, expected):
+    """Candidates are timed launched one by one unless TILEGRAPH_TUNE_TIMER=graph asks for device time alone in a
+    CUDA graph (how a replayed program runs; the host's cost of a library call's several torch kernels left out)."""
+    used = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep: used.append("do_bench") or 1.0)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep: used.append("do_bench_cudagraph") or 2.0)
+    if timer is None:
+        monkeypatch.delenv(autotune.TIMER, raising=False)
+    else:
+        monkeypatch.setenv(autotune.TIMER, timer)
+    assert autotune.measure(lambda: None) == (1.0 if timer is None else 2.0) and used == [expected]
