@@ -8,7 +8,10 @@
 # first (GPU tests of the Triton backend, direct launches and packed weights included; launch times;
 # then the quick whole-model table: about 8 minutes with the start), commit its tables, then
 # `dynamo 120` if time is left. (On 2026-11-27 `triton 0 150` ran the bf16 rows at batch 32 in 260 s;
-# the model rows now also time a CUDA-graph replay and torch.compile's reduce-overhead mode.)
+# the model rows now also time a CUDA-graph replay and torch.compile's reduce-overhead mode.) With time
+# left, compare the tuner's timers on the rows where library calls compete (cuDNN, cuBLAS):
+#   TILEGRAPH_TUNE_TIMER=graph python3 benchmarks/triton_gpu.py --quick --only resnet50,bert_base \
+#     --budget 60 --out $OUT/timer_graph.md
 set -uo pipefail
 WHAT=${1:-all}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
