@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from triton_gpu import short_error  # noqa: E402  (one line for a failed row's note)
+from triton_gpu import ieee_f32, short_error  # noqa: E402  (TF32 off for a yardstick; a failed row's note)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dynamo_gpu.md"
 DRY_RUN = False
@@ -195,11 +195,8 @@ def run_row(spec: RowSpec) -> Row:
         # ResNet-50 amplifies rounding so much that two correct TF32 runs differ by tens of percent
         drift = None
         if device == "cuda" and spec.dtype == "f32" and torch.backends.cudnn.allow_tf32:
-            torch.backends.cudnn.allow_tf32 = False
-            try:
+            with ieee_f32(torch):
                 drift = float((model(*inputs).float() - want.float()).abs().max())
-            finally:
-                torch.backends.cudnn.allow_tf32 = True
     scale = max(float(want.float().abs().max()), 1e-6)
 
     graphs = []

@@ -78,7 +78,7 @@ class Row:
     note: str = ""
     tilegraph_first_s: float | None = None  # build + first call (JIT compiles, autotuning)
     compiled_first_s: float | None = None  # torch.compile's first call (Inductor's compile)
-    launched_ms: float | None = None  # whole models: tilegraph's launches one by one (tilegraph_ms replays a CUDA graph)
+    launched_ms: float | None = None  # whole models: the launches one by one (tilegraph_ms replays a CUDA graph)
     compiled_ro_ms: float | None = None  # whole models: torch.compile(mode="reduce-overhead"), CUDA graphs too
 
 
@@ -417,8 +417,8 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
            "seconds to the first result (tilegraph: build, JIT compiles, autotuning; torch.compile: Inductor). "
            "Whole-model rows say \"model\" in the note, and how many of their dot kernels the tuner handed to "
            "cuBLAS or cuDNN where it timed that faster (`backends/triton/library.py`, `library_conv.py`). A "
-           "whole model's `tilegraph ms` replays its launches through a CUDA graph, as `torch.compile(backend=\"tilegraph\")` does by "
-           "default; `tg launched` times them one by one (torch.compile's default mode launches one by one "
+           "whole model's `tilegraph ms` replays its launches through a CUDA graph, as "
+           "`torch.compile(backend=\"tilegraph\")` does by default; `tg launched` times them one by one (torch.compile's default mode launches one by one "
            "too); `compile-ro`: torch.compile(mode=\"reduce-overhead\"), which replays CUDA graphs. The note's "
            "`kernels` is tilegraph's device time per call (torch profiler): the floor a replay approaches.", ""]
     models = [r for r in rows if r.note.startswith("model") and r.compiled_ms and r.tilegraph_ms == r.tilegraph_ms]

@@ -5,10 +5,10 @@ one line printed when it starts) a dot kernel's variants (`variants.dot_variants
 functions of a module of their own and timed (3 stages; 4 warps, 8 for big blocks); the fastest is
 installed in place of the kernel's function in the generated module (the launch step looks the
 function up when it runs, so it launches the variant on its own grid), then warps and stages are
-timed for it. A kernel that is one matmul (and an add, a short epilogue) also times the library call
-(`library.py`: cuBLAS through torch), right after its own tiling and before the other variants compile, so that
-compiles which take the kernel's whole share never leave it out; if that wins, there are no warps and stages to
-time. Past the budget, such a kernel still times its untuned self against the library call (two timings, nothing
+timed for it. A kernel that is one matmul (and an add, a short epilogue) or one convolution (and a batch norm, a
+short epilogue) also times its library call (`library.py`: cuBLAS, `library_conv.py`: cuDNN, through torch),
+right after its own tiling and before the other variants compile, so that compiles which take the kernel's whole
+share never leave it out; if that wins, there are no warps and stages to time. Past the budget, such a kernel still times its untuned self against the library call (two timings, nothing
 cached). Winners are kept
 per program (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes,
 device); a cached variant is installed again without timing. Any failure leaves the kernel as generated.

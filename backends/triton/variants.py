@@ -10,7 +10,8 @@ last, then those with dots narrower than the target's `matrix_block`), then thos
 many SMs idle (`tile_model.ragged`), then by off-chip traffic, and half the picks kept for "straight"
 tilings (one loop per dot side, so operands load as plain 2-D blocks: for a convolution, n, oh, kh and kw
 walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function
-(`Kernel.with_tiles`; GROUP_M, the row tiles per launch group of a tiled matmul, as given). The Program's own tiling is always variant 0.
+(`Kernel.with_tiles`; GROUP_M, the row tiles per launch group of a tiled matmul, as given). The Program's own
+tiling is always variant 0.
 """
 from __future__ import annotations
 
