@@ -68,8 +68,8 @@ def row(name: str, batch: int, dtype: str) -> str:
 
 def library_share(fn) -> float:
     """The share of the program's dot FLOPs in kernels the tuner can also run as a library call
-    (`backends/triton/library.py`: one matmul, an add, a short epilogue, by cuBLAS; `library_conv.py`: one
-    convolution, a batch norm or bias, a short epilogue, by cuDNN)."""
+    (`backends/triton/library.py`: one matmul, an add, a short epilogue, by cuBLAS; `library_conv.py`: a
+    convolution by cuDNN, the kernel's other ops over its output points generated)."""
     from tilegraph.backends.triton.tuner import library_candidate
 
     kernels = [(p, s) for p, s in enumerate(fn.generated.kernels) if s is not None and s.uses_dot]

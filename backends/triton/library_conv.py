@@ -1,39 +1,61 @@
-"""A kernel that is one convolution, a per-channel affine after it (a batch norm as the canonical passes leave it:
-sub, mul, add by [C, 1, 1] parameters; a bias) and up to two elementwise ops (a residual add, ReLU, ...), run by
-the vendor's library: torch's convolution (cuDNN on CUDA), as torch.compile's default mode runs convolutions.
+"""A kernel that starts with one convolution, run as torch.compile's default mode runs it: the convolution by the
+vendor's library (torch's convolution: cuDNN on CUDA), then the kernel's other ops (a batch norm, a bias, a
+residual add, ReLU, ...) as one generated Triton kernel over its result.
 
-The affine part is folded into the call on every call (weights scaled per output channel: a pass over the
-weights, which ResNet-50's activations outweigh twenty-fold at batch 32; the shift added as the first pass over
-the result), so a changed parameter is read on the next call, CUDA graph replays included. Each op after the
-convolution's result (which torch allocates: its out= variant copies anyway) writes the kernel's output, the
-first from that result, the rest in place. Like `library.MatmulCall`, a `ConvCall` stands in for the
-kernel's @triton.jit function, and the tuner times it beside the generated kernel.
+The epilogue kernel is the Program's own kernel without its first node: the same ops, emitted by the same
+`KernelEmitter`, reading the convolution's result as an input, and tiled as the Program tiled the kernel's
+parallel loops (so it runs on the kernel's own grid). It applies the batch norm after the convolution, in f32
+registers, as eager and Inductor do, and reads changed parameters on every call (CUDA graph replays included):
+two launches and one pass over the result beyond the convolution's own, where folding the batch norm into the
+weights and running the epilogue as torch ops took up to five. Like `library.MatmulCall`, a `ConvCall` stands in
+for the kernel's @triton.jit function, and the tuner times it beside the generated kernel.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from tilegraph.ir.graph import Node, Value
+from tilegraph.ir.graph import Value
 from tilegraph.ir.ops.linalg import conv_padding_end
 from tilegraph.ir.program import Kernel
+from tilegraph.ir.structured import PARALLEL
 
-from .library import BINARY, DTYPES, MAX_EPILOGUE, UNARY, LibraryCall, Operand, Step, inverse, precision
+from .autotune import DEFAULT
+from .library import DTYPES, LibraryCall, Operand, inverse, precision
 from .options import TritonOptions
-
-AFFINE = ("add", "sub", "mul")  # per-channel ops folded into the convolution's weights and bias
 
 
 @dataclass(frozen=True)
-class Affine:
-    """`result = result <op> other`, other a per-output-channel kernel argument (C elements)."""
+class Epilogue:
+    """The kernel's ops after its convolution as one generated Triton function `fn` (source `text`), launched on
+    `grid` programs of `warps` warps with the kernel's arguments at `args` (None: the convolution's result)."""
 
-    op: str
-    other: Operand
+    fn: object
+    text: str
+    grid: int
+    args: tuple[int | None, ...]
+    warps: int = DEFAULT[0]
+    # compiled binaries by their pointers' 16-byte alignment (what Triton specialises them on), bound on first use
+    _bound: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __call__(self, result, args) -> None:
+        tensors = [result if n is None else args[n] for n in self.args]
+        if not result.is_cuda:  # the Triton interpreter
+            self.fn[(self.grid,)](*tensors, num_warps=self.warps)
+            return
+        key = tuple(t.data_ptr() % 16 == 0 for t in tensors)
+        run = self._bound.get(key)
+        if run is None:
+            from .launch import Compiling, compiled_runner
+
+            run = compiled_runner(self.fn, self.grid, tensors, self.warps, 1)
+            self._bound[key] = run = run.result() if isinstance(run, Compiling) else run
+        run(*tensors)
 
 
 @dataclass(frozen=True)
 class ConvCall(LibraryCall):
-    """`out = epilogue(conv2d(x, w) * scale + shift)`, scale and shift composed from `affine`."""
+    """`out = epilogue(conv2d(x, w))`: torch's convolution, then the generated epilogue writing `out` (without
+    one, the convolution's result copied into `out`)."""
 
     library = "torch convolution"
 
@@ -46,60 +68,38 @@ class ConvCall(LibraryCall):
     dilation: tuple[int, int]
     groups: int
     tf32: bool
-    affine: tuple[Affine, ...] = ()
-    epilogue: tuple[Step, ...] = ()
+    epilogue: Epilogue | None = None
 
     def __call__(self, *args, num_warps: int | None = None, num_stages: int | None = None) -> None:
         import torch
 
         x, w, out = self.x.of(args), self.w.of(args), self.out.of(args)
         with torch.no_grad(), precision(torch, out, self.tf32, conv=True):
-            scale, shift = self.folded(torch, args)
-            if scale is not None:
-                w = w * scale.view(-1, 1, 1, 1)
-            # torch adds a convolution's bias in a pass of its own, so the shift is the first op writing `out`
             y = torch.ops.aten.convolution(x, w, None, self.stride, self.padding, self.dilation, False, (0, 0),
                                            self.groups)
-            if shift is not None:
-                y = torch.add(y, shift.view(-1, 1, 1), out=out)
-            for step in self.epilogue:
-                y = step.apply(torch, y, args, out)
-            if y is not out:
-                out.copy_(y)
-
-    def folded(self, torch, args):
-        """(scale, shift) per output channel, or None for an identity part; one small kernel for a batch norm
-        ((y - m) * s + b: scale s, shift b - m * s), each one a launch inside a CUDA graph too."""
-        if tuple(step.op for step in self.affine) == ("sub", "mul", "add"):
-            m, s, b = (step.other.of(args).reshape(-1) for step in self.affine)
-            return s, torch.addcmul(b, m, s, value=-1)
-        scale = shift = None
-        for step in self.affine:
-            c = step.other.of(args).reshape(-1)
-            if step.op == "mul":
-                scale = c if scale is None else scale * c
-                shift = None if shift is None else shift * c
-            else:
-                c = c if step.op == "add" else -c
-                shift = c if shift is None else shift + c
-        return scale, shift
+        if self.epilogue is None:
+            out.copy_(y)
+        else:
+            self.epilogue(y, args)
 
 
 def conv_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],
-              options: TritonOptions, name: str) -> ConvCall | None:
+              options: TritonOptions, name: str, names: dict[Value, str] | None = None,
+              interpreter: bool = False) -> ConvCall | None:
     """The library call computing `kernel` (whose generated function takes `args`), or None when the kernel is not
-    one 2-D convolution of floats with symmetric padding, followed by per-channel adds, subs and muls of kernel
-    arguments and then up to MAX_EPILOGUE elementwise ops."""
+    a 2-D convolution of floats with symmetric padding, whose result only the kernel's other ops read, and those
+    ops run over the convolution's output points (its parallel loops) alone. `names`, `interpreter`: as the
+    module's (`module.generate`), for the epilogue kernel."""
     if kernel.template is not None or len(kernel.outputs) != 1:
         return None
     conv, *rest = kernel.nodes
-    written = kernel.outputs[0]
     if conv.op != "conv2d" or tuple(conv_padding_end(conv.attrs)) != tuple(conv.attrs["padding"]):
         return None
     result = conv.result
     if result.type.dtype not in DTYPES or any(v.type.dtype != result.type.dtype for v in conv.inputs):
         return None
-    channels = result.type.shape[1]
+    if rest and result in kernel.outputs:
+        return None
     position = {v: n for n, v in enumerate(args)}
 
     def operand(value: Value) -> Operand | None:
@@ -108,46 +108,58 @@ def conv_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tupl
         order = layouts.get(value)
         return Operand(position[value], None if order is None else inverse(order))
 
-    def other_of(node: Node) -> Value | None:
-        """The node's operand beside the running result, when it is one binary op on it."""
-        others = [v for v in node.inputs if v is not result]
-        return others[0] if len(others) == 1 and node.inputs.count(result) == 1 else None
-
-    affine, steps = [], []
-    for node in rest:
-        if node.result.type != result.type:
-            return None
-        other = other_of(node) if node.op in BINARY else None
-        per_channel = other is not None and other.type.dtype == result.type.dtype and _per_channel(other, channels)
-        if (not steps and per_channel and node.op in AFFINE
-                and (node.op != "sub" or node.inputs[0] is result)):  # result - c folds; c - result does not
-            found = operand(other)
-            if found is None:
-                return None
-            affine.append(Affine(node.op, found))
-        elif node.op in UNARY and node.inputs == (result,):
-            steps.append(Step(node.op, node.attrs.get("approximate")))
-        elif other is not None and other.type.dtype == result.type.dtype:
-            found = operand(other)
-            if found is None:
-                return None
-            steps.append(Step(node.op, None, found, second=node.inputs[1] is not other))
-        else:
-            return None
-        result = node.result
-    x, w, out = (operand(v) for v in (*conv.inputs, written))
-    if len(steps) > MAX_EPILOGUE or result is not written or None in (x, w, out):
+    x, w, out = (operand(v) for v in (*conv.inputs, kernel.outputs[0]))
+    epilogue = epilogue_kernel(kernel, position, layouts, options, f"{name}_epilogue", names, interpreter) \
+        if rest else None
+    if None in (x, w, out) or (rest and epilogue is None):
         return None
     attrs = conv.attrs
     return ConvCall(name, x, w, out, tuple(attrs["stride"]), tuple(attrs["padding"]), tuple(attrs["dilation"]),
-                    attrs["groups"], options.precision(conv.op) == "tf32", tuple(affine), tuple(steps))
+                    attrs["groups"], options.precision(conv.op) == "tf32", epilogue)
 
 
-def _per_channel(value: Value, channels: int) -> bool:
-    """Whether `value` holds one element per output channel, broadcast over [N, C, H, W] ([C, 1, 1] or [1, C, 1, 1])."""
-    shape = value.type.shape
-    return len(shape) >= 3 and shape[-3] == channels and all(d == 1 for d in shape[-2:]) \
-        and all(d == 1 for d in shape[:-3])
+def epilogue_kernel(kernel: Kernel, position: dict[Value, int], layouts: dict[Value, tuple[int, ...]],
+                    options: TritonOptions, function: str, names: dict[Value, str] | None = None,
+                    interpreter: bool = False) -> Epilogue | None:
+    """`kernel` without its first node, generated and loaded as `function`; None where a loop of it is not one of
+    the kernel's parallel loops, it has a tl.dot, or it reads a tensor that is not a kernel argument."""
+    from .kernel import KernelEmitter
+    from .module import kernel_module
+    from .runtime import load_module
+
+    conv = kernel.nodes[0]
+    part = Kernel(f"{kernel.name}_epilogue", kernel.nodes[1:])
+    tiles = _parallel_tiles(kernel, part)
+    if tiles is None:
+        return None
+    part = part.with_tiles(tiles)
+    source = KernelEmitter(part, part.domain, function, interpreter, names, options, layouts).emit()
+    if source.uses_dot or any(v is not conv.result and v not in position for v in source.args):
+        return None
+    module = load_module(kernel_module(source.text))
+    return Epilogue(getattr(module, source.function), source.text, source.grid,
+                    tuple(None if v is conv.result else position[v] for v in source.args))
 
 
-__all__ = ["ConvCall", "Affine", "conv_call"]
+def _parallel_tiles(kernel: Kernel, part: Kernel) -> tuple[tuple[str, int], ...] | None:
+    """`part`'s tiles (part: some of kernel's nodes): each of its loops tiled as the kernel's loop it is, which
+    must be parallel in both; None otherwise."""
+    whole, domain = kernel.domain, part.domain
+    if not domain.structured:
+        return None
+    sizes = dict(kernel.tiles)
+    of: dict[int, int] = {}  # part's loop -> kernel's loop
+    for i, node in enumerate(domain.nodes):
+        for own, loop in enumerate(domain.node_loops[i]):
+            if loop is not None:
+                of.setdefault(loop, whole.node_loops[whole.index(node)][own])
+    tiles = []
+    for k, loop in enumerate(domain.loops):
+        outer = of.get(k)
+        if loop.kind != PARALLEL or outer is None or whole.loops[outer].kind != PARALLEL:
+            return None
+        tiles.append((loop.name, sizes.get(whole.loops[outer].name, loop.extent)))
+    return tuple(tiles)
+
+
+__all__ = ["ConvCall", "Epilogue", "conv_call", "epilogue_kernel"]

@@ -5,16 +5,16 @@ one line printed when it starts) a dot kernel's variants (`variants.dot_variants
 functions of a module of their own and timed (3 stages; 4 warps, 8 for big blocks); the fastest is
 installed in place of the kernel's function in the generated module (the launch step looks the
 function up when it runs, so it launches the variant on its own grid), then warps and stages are
-timed for it. A kernel that is one matmul (and an add, a short epilogue) or one convolution (and a batch norm, a
-short epilogue) also times its library call (`library.py`: cuBLAS, `library_conv.py`: cuDNN, through torch),
+timed for it. A kernel that is one matmul (and an add, a short epilogue) or starts with one convolution also
+times its library call (`library.py`: cuBLAS; `library_conv.py`: cuDNN, then the kernel's other ops generated),
 right after its own tiling and before the other variants compile, so that compiles which take the kernel's whole
-share never leave it out; if that wins, there are no warps and stages to time. Past the budget, such a kernel still times its untuned self against the library call (two timings, nothing
-cached). Winners are kept
-per program (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes,
-device); a cached variant is installed again without timing. Any failure leaves the kernel as generated.
-The launcher hands the kernels over longest first (`expected_seconds`), so a short budget goes where it
-pays, and each set of candidates (the variants, then the winner's warps and stages) compiles side by side
-before any of the set is timed (`warm`, `launch.parallel_compiles`).
+share never leave it out; if that wins, there are no warps and stages to time. Past the budget, such a kernel
+still times its untuned self against the library call (two timings, nothing cached). Winners are kept per program
+(kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes, device); a cached variant
+is installed again without timing. Any failure leaves the kernel as generated. The launcher hands the kernels over
+longest first (`expected_seconds`), so a short budget goes where it pays, and each set of candidates (the variants,
+then the winner's warps and stages) compiles side by side before any of the set is timed (`warm`,
+`launch.parallel_compiles`).
 """
 from __future__ import annotations
 
@@ -188,12 +188,15 @@ def _variant_warps(kernel, variant: variants.Variant) -> int:
 
 
 def library_candidate(compiled, position: int, source) -> library.LibraryCall | None:
-    """The library call computing kernel `position`: cuBLAS for one matmul, cuDNN for one convolution, each with a
-    short epilogue (None: neither)."""
-    kernel = compiled.program.kernels[position]
-    found = (make(kernel, source.args, compiled.generated.layouts, compiled.options, f"{source.function}_library")
-             for make in (library.library_call, library_conv.conv_call))
-    return next((call for call in found if call is not None), None)
+    """The library call computing kernel `position`: cuBLAS for one matmul with a short epilogue, cuDNN for a
+    convolution with its epilogue generated (None: neither)."""
+    from .runtime import _interpreting
+
+    kernel, layouts = compiled.program.kernels[position], compiled.generated.layouts
+    name = f"{source.function}_library"
+    return library.library_call(kernel, source.args, layouts, compiled.options, name) or \
+        library_conv.conv_call(kernel, source.args, layouts, compiled.options, name, compiled.generated.names,
+                               _interpreting())
 
 
 def _candidates(compiled, position, source) -> list[tuple[variants.Variant, object, int]]:

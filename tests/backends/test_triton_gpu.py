@@ -178,8 +178,8 @@ def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, d
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_convolution_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype):
-    """A convolution with a batch norm, a residual add and ReLU run by cuDNN (`library_conv.py`, the batch norm
-    folded into the call), as above; in f32 IEEE whatever torch's convolution flag (TF32 by default) is."""
+    """A convolution with a batch norm, a residual add and ReLU run by cuDNN (`library_conv.py`), then the rest as
+    one generated epilogue kernel, as above; in f32 IEEE whatever torch's convolution flag (TF32 by default) is."""
     from tilegraph.backends.triton import library_conv
 
     monkeypatch.undo()
@@ -189,4 +189,4 @@ def test_convolution_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, mo
                   f"r: {dtype}[4, 32, 14, 14]) -> {dtype}[4, 32, 14, 14] "
                   "{ return relu((conv2d(x, w, stride=[2, 2], padding=[1, 1]) - m) * s + b + r) }")
     call = library_call_results(graph, library_conv.ConvCall, torch.backends.cudnn, dtype)
-    assert len(call.affine) == 3, "the batch norm folds into the call"
+    assert call.epilogue is not None and len(call.epilogue.args) == 6, "the batch norm, residual and ReLU generated"
