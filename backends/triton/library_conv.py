@@ -27,17 +27,22 @@ from .options import TritonOptions
 @dataclass(frozen=True)
 class Epilogue:
     """The kernel's ops after its convolution as one generated Triton function `fn` (source `text`), launched on
-    `grid` programs of `warps` warps with the kernel's arguments at `args` (None: the convolution's result)."""
+    `grid` programs of `warps` warps with the kernel's arguments at `args` (None: the convolution's result, which
+    it reads stored with its axes in `order`: the order of the convolution's input, which torch's convolution
+    follows)."""
 
     fn: object
     text: str
     grid: int
     args: tuple[int | None, ...]
+    order: tuple[int, ...] | None = None
     warps: int = DEFAULT[0]
     # compiled binaries by their pointers' 16-byte alignment (what Triton specialises them on), bound on first use
     _bound: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __call__(self, result, args) -> None:
+        # as the kernel addresses it (a copy only where torch picked another layout)
+        result = result.contiguous() if self.order is None else result.permute(*self.order).contiguous()
         tensors = [result if n is None else args[n] for n in self.args]
         if not result.is_cuda:  # the Triton interpreter
             self.fn[(self.grid,)](*tensors, num_warps=self.warps)
@@ -133,12 +138,14 @@ def epilogue_kernel(kernel: Kernel, position: dict[Value, int], layouts: dict[Va
     if tiles is None:
         return None
     part = part.with_tiles(tiles)
-    source = KernelEmitter(part, part.domain, function, interpreter, names, options, layouts).emit()
+    order = layouts.get(conv.inputs[0])
+    stored = layouts if order is None else {**layouts, conv.result: order}
+    source = KernelEmitter(part, part.domain, function, interpreter, names, options, stored).emit()
     if source.uses_dot or any(v is not conv.result and v not in position for v in source.args):
         return None
     module = load_module(kernel_module(source.text))
     return Epilogue(getattr(module, source.function), source.text, source.grid,
-                    tuple(None if v is conv.result else position[v] for v in source.args))
+                    tuple(None if v is conv.result else position[v] for v in source.args), order)
 
 
 def _parallel_tiles(kernel: Kernel, part: Kernel) -> tuple[tuple[str, int], ...] | None:

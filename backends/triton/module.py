@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 
 from tilegraph.backends.arena import Arena, plan_arena
 from tilegraph.ir import TilegraphError
-from tilegraph.ir.graph import Value
+from tilegraph.ir.graph import Value, ValueKind
 from tilegraph.ir.ops.layout import concat_windows
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.types import DType
 
+from . import channels_last
 from .autotune import canonical
 from .kernel import KernelSource, emit_kernel
 from .options import TritonOptions
@@ -64,7 +65,8 @@ class GeneratedModule:
     kernels: list[KernelSource | None]  # None for a layout step
     arena: Arena
     steps: list[tuple[tuple[Value, ...], tuple[Value, ...]]]  # per step: tensors it reads, it returns
-    # parameters the launcher binds with their axes in this order (`packing.py`)
+    # tensors stored with their axes in this order: parameters the launcher binds so (`packing.py`), activations
+    # the steps bind so (`channels_last.py`)
     layouts: dict[Value, tuple[int, ...]] = field(default_factory=dict)
 
 
@@ -73,11 +75,13 @@ def _shape(value: Value) -> str:
     return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _bind(value: Value, name: str, arena: Arena) -> str:
-    """The line that gives a kernel output its storage: a view into the arena, or its own tensor."""
+def _bind(value: Value, name: str, arena: Arena, order: tuple[int, ...] | None = None) -> str:
+    """The line that gives a kernel output its storage: a view into the arena (its axes in `order`, the storage
+    order `channels_last.plan` picked), or its own tensor."""
     dtype = TORCH_DTYPE[value.type.dtype]
     if value in arena.offsets:
-        return f"    {name} = _view(arena, {arena.offsets[value]}, {value.type.nbytes}, {_shape(value)}, {dtype})"
+        shape = _shape(value) if order is None else str(tuple(value.type.shape[a] for a in order))
+        return f"    {name} = _view(arena, {arena.offsets[value]}, {value.type.nbytes}, {shape}, {dtype})"
     return f"    {name} = torch.empty({_shape(value)}, dtype={dtype}, device=dev)"
 
 
@@ -149,6 +153,8 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     functions = kernel_functions(program)
     arena = plan_arena(program, program.kernels, views=True)
     layouts = plan_layouts(program, options)
+    if options.channels_last:
+        layouts.update(channels_last.plan(program, arena))
     kernels: list[str] = []
     steps: list[str] = []
     step_names: list[str] = []
@@ -180,7 +186,7 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
             else:  # Triton compiles each function once: a repeated layer's kernels reuse the first one's
                 aliases.append(f"{source.function} = {same}  # the same kernel up to names")
             for value in writes:
-                steps.append(_bind(value, names[value], arena))
+                steps.append(_bind(value, names[value], arena, layouts.get(value)))
             args = ", ".join(names[v] for v in source.args)
             steps.append(f"    {source.function}[({source.grid},)]({args}, num_warps=warps, num_stages=stages)")
         steps.append(f"    return {_tuple(names[v] for v in writes)}")
@@ -200,9 +206,11 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     parts.extend(steps)
     parts.append(f"STEPS = [{', '.join(step_names)}]")
     parts.append(f"ARENA_BYTES = {arena.size}  # {arena.source}")
-    if layouts:
-        packed = ", ".join(f"{names[v]}: {list(order)}" for v, order in layouts.items())
-        parts.append(f"# parameters bound with permuted axes: {packed}")
+    for kind, title in ((True, "parameters bound"), (False, "activations stored")):
+        permuted = ", ".join(f"{names[v]}: {list(order)}" for v, order in layouts.items()
+                             if (v.kind is ValueKind.PARAM) == kind)
+        if permuted:
+            parts.append(f"# {title} with permuted axes: {permuted}")
     parts.append(f"# outputs: {', '.join(names[v] for v in graph.outputs)}")
     return GeneratedModule("\n".join(parts) + "\n", names, sources, arena, io, layouts)
 

@@ -7,18 +7,24 @@ convolutions `torch.backends.cudnn.allow_tf32`; otherwise they are IEEE f32. The
 when the module is generated (`TritonOptions.from_torch`), and become fields of the options, so the
 source is a deterministic function of the Program and its options. Without torch imported, torch's
 defaults hold: IEEE matmuls, TF32 convolutions.
+
+`channels_last` stores the activations that convolutions read and write with their channels innermost
+(`channels_last.py`), as Inductor lays out a convolutional network on a GPU; off unless asked for (the option, or
+`TILEGRAPH_CHANNELS_LAST=1`), until a GPU run shows it pays.
 """
 from __future__ import annotations
 
+import os
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilegraph.ir import TilegraphError
 
 # torch's defaults (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
 TORCH_DEFAULT_MATMUL_TF32 = False
 TORCH_DEFAULT_CONV_TF32 = True
+CHANNELS_LAST = "TILEGRAPH_CHANNELS_LAST"
 
 
 @dataclass(frozen=True)
@@ -26,25 +32,28 @@ class TritonOptions:
     """What the generated source depends on besides the Program.
 
     `matmul_tf32` / `conv_tf32`: f32 matmuls (batched, attention's) / convolutions use
-    `tl.dot(..., input_precision="tf32")`; else "ieee"."""
+    `tl.dot(..., input_precision="tf32")`; else "ieee". `channels_last`: convolutions' activations stored NHWC."""
 
     matmul_tf32: bool = TORCH_DEFAULT_MATMUL_TF32
     conv_tf32: bool = TORCH_DEFAULT_CONV_TF32
+    channels_last: bool = False
 
     @staticmethod
     def from_torch(device: str | None = None) -> TritonOptions:
         """The precision torch would use now for products on `device` (None: a CUDA device). Off
         CUDA (the Triton interpreter's CPU tensors) torch never uses TF32: IEEE. Without torch
-        imported, its defaults (reading the flags never imports torch)."""
+        imported, its defaults (reading the flags never imports torch). `channels_last` from
+        $TILEGRAPH_CHANNELS_LAST."""
+        layout = os.environ.get(CHANNELS_LAST, "0").strip().lower() in ("1", "on", "true", "yes")
         if device is not None and not str(device).startswith("cuda"):
-            return TritonOptions(matmul_tf32=False, conv_tf32=False)
+            return TritonOptions(matmul_tf32=False, conv_tf32=False, channels_last=layout)
         torch = sys.modules.get("torch")
         if torch is None or not hasattr(torch, "backends"):
-            return TritonOptions()
+            return TritonOptions(channels_last=layout)
         with warnings.catch_warnings():  # newer torch deprecates the allow_tf32 spellings
             warnings.simplefilter("ignore")
             return TritonOptions(matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32),
-                                 conv_tf32=bool(torch.backends.cudnn.allow_tf32))
+                                 conv_tf32=bool(torch.backends.cudnn.allow_tf32), channels_last=layout)
 
     @staticmethod
     def resolve(tf32: bool | None = None, options: TritonOptions | dict | None = None,
@@ -57,15 +66,15 @@ class TritonOptions:
             fields = dict(options or {})
             if "tf32" in fields:
                 tf32 = fields.pop("tf32") if tf32 is None else tf32
-            unknown = set(fields) - {"matmul_tf32", "conv_tf32"}
+            unknown = set(fields) - {"matmul_tf32", "conv_tf32", "channels_last"}
             if unknown:
                 raise TilegraphError(f"unknown Triton build option(s) {sorted(unknown)}: known are tf32, "
-                                     "matmul_tf32, conv_tf32")
+                                     "matmul_tf32, conv_tf32, channels_last")
             base = TritonOptions(**{**TritonOptions.from_torch(device).__dict__, **fields})
         if tf32 is not None:
             if not isinstance(tf32, bool):
                 raise TilegraphError(f"the Triton option tf32 takes True or False, got {tf32!r}")
-            base = TritonOptions(matmul_tf32=tf32, conv_tf32=tf32)
+            base = replace(base, matmul_tf32=tf32, conv_tf32=tf32)
         return base
 
     def precision(self, op: str) -> str:
@@ -74,7 +83,8 @@ class TritonOptions:
         return "tf32" if tf32 else "ieee"
 
     def describe(self) -> str:
-        return f"f32 matmul {self.precision('matmul')}, f32 conv {self.precision('conv2d')}"
+        layout = ", channels-last activations" if self.channels_last else ""
+        return f"f32 matmul {self.precision('matmul')}, f32 conv {self.precision('conv2d')}{layout}"
 
 
-__all__ = ["TritonOptions", "TORCH_DEFAULT_MATMUL_TF32", "TORCH_DEFAULT_CONV_TF32"]
+__all__ = ["TritonOptions", "TORCH_DEFAULT_MATMUL_TF32", "TORCH_DEFAULT_CONV_TF32", "CHANNELS_LAST"]

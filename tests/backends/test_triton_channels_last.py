@@ -1,0 +1,119 @@
+"""Channels-last activations (`channels_last.py`, `TritonOptions.channels_last`): which tensors are stored NHWC,
+and that every kernel, generated or a convolution's library call, computes the same results from them."""
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+import tilegraph  # noqa: E402
+from tilegraph.backends import reference  # noqa: E402
+from tilegraph.backends.triton import TritonOptions, channels_last, library_conv, tuner  # noqa: E402
+from tilegraph.frontends.dsl import parse_file, parse  # noqa: E402
+from tilegraph.ir import TilegraphError  # noqa: E402
+
+from triton_cases import EXAMPLES, assert_same, check  # noqa: E402
+
+ON = {"channels_last": True}
+
+
+def with_conv_calls(fn) -> int:
+    """Install every convolution kernel's library call; how many."""
+    state, count = tuner.state_of(fn), 0
+    for position, source in enumerate(fn.generated.kernels):
+        call = tuner.library_candidate(fn, position, source) if source is not None else None
+        if isinstance(call, library_conv.ConvCall):
+            tuner.install(fn, state, source, call, source.grid)
+            count += 1
+    return count
+
+
+def test_lenet_stores_its_convolution_activations_channels_last():
+    """LeNet: the activations between its convolutions and pools are NHWC; the image (a graph input), the
+    flattened features (read by a reshape) and the matmuls' operands keep their layout; so does a 5 x 5 weight
+    whose convolution reads the image, while the second convolution's weight is stored [F, kh, kw, C]."""
+    graph = parse_file(str(EXAMPLES / "lenet.tg"))
+    fn = check(graph, options=ON)
+    names = {fn.generated.names[v]: order for v, order in fn.generated.layouts.items()}
+    stored = {name for name, order in names.items() if order == channels_last.NHWC}
+    by_name = {fn.generated.names[v]: v for v in fn.generated.layouts}
+    activations = {name for name in stored if by_name[name].kind.name != "PARAM"}
+    assert activations, names
+    assert all(by_name[name].type.rank == 4 for name in activations)
+    assert "conv2_weight" in stored and "conv1_weight" not in stored, names
+    graph_io = {fn.generated.names[v] for v in (*fn.program.graph.inputs, *fn.program.graph.outputs)}
+    assert not activations & graph_io
+    flat_source = next(n.inputs[0] for n in fn.program.graph.nodes if n.op == "reshape" and n.result.type.rank == 2)
+    assert flat_source not in fn.generated.layouts, "read by a reshape: its own layout"
+    assert "# activations stored with permuted axes:" in fn.source
+    off = tilegraph.compile(graph, target="triton")
+    assert not any(v.kind.name != "PARAM" for v in off.generated.layouts), "off by default"
+
+
+def test_a_resnet_channels_last_matches_with_and_without_conv_calls():
+    """A small ResNet-50 (transformers' config) channels-last: its generated kernels, then with every convolution
+    as a library call (torch's convolution on permuted views, the epilogue reading its result as torch stored it),
+    match the reference."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from torch_models import WHOLE_MODELS
+    from tilegraph.frontends.fx import from_module
+
+    (model,) = [m for m in WHOLE_MODELS if m.name == "resnet50"]
+    module, inputs = model.build_in("f32", 2, True, None)
+    with torch.no_grad():
+        graph = from_module(module, inputs)
+    arrays = [t.numpy() for t in inputs]
+    want = reference.run(graph, arrays)
+    fn = tilegraph.compile(graph, target="triton", options=ON)
+    assert sum(v.kind.name != "PARAM" for v in fn.generated.layouts) >= 10
+    types = [v.type for v in graph.outputs]
+    assert_same(fn(*arrays), want, types)
+    assert with_conv_calls(fn) == sum(k.nodes[0].op == "conv2d" for k in fn.program.kernels)
+    assert_same(fn(*arrays), want, types)
+
+
+@given(n=st.integers(1, 2), c=st.sampled_from([3, 4, 8]), hw=st.integers(5, 10), f=st.sampled_from([4, 8]),
+       k=st.sampled_from([1, 3]), stride=st.integers(1, 2), grouped=st.booleans(), pool=st.booleans(),
+       calls=st.booleans())
+@settings(max_examples=8, deadline=None)
+def test_any_convolution_chain_runs_channels_last(n, c, hw, f, k, stride, grouped, pool, calls):
+    """conv -> batch norm -> ReLU -> (grouped) conv + residual -> (max pool): the same results channels-last, with
+    the generated kernels or the convolutions' library calls."""
+    groups = f if grouped else 1
+    oh = (hw + 2 * (k // 2) - k) // stride + 1
+    ph = (oh - 2) // 2 + 1 if pool else oh
+    tail = "max_pool2d(y, kernel=2, stride=2)" if pool else "y"
+    per = f"f32[{f}, 1, 1]"
+    source = (f"def f(x: f32[{n}, {c}, {hw}, {hw}], w1: f32[{f}, {c}, {k}, {k}], w2: f32[{f}, {f // groups}, 3, 3], "
+              f"m: {per}, s: {per}, b: {per}) -> f32[{n}, {f}, {ph}, {ph}] {{\n"
+              f"  h = relu((conv2d(x, w1, stride=[{stride}, {stride}], padding=[{k // 2}, {k // 2}]) - m) * s + b)\n"
+              f"  y = relu(conv2d(h, w2, padding=[1, 1], groups={groups}) + h)\n"
+              f"  return {tail}\n}}")
+    graph = parse(source)
+    inputs = reference.random_inputs(graph)
+    fn = tilegraph.compile(graph, target="triton", options=ON)
+    if calls:
+        assert with_conv_calls(fn) >= 1
+    assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
+
+
+def test_the_option_resolves_and_is_reported(monkeypatch):
+    assert TritonOptions.resolve(options=ON).channels_last
+    assert TritonOptions.resolve(tf32=True, options=ON) == TritonOptions(True, True, True), "tf32 keeps the layout"
+    assert "channels-last activations" in TritonOptions(channels_last=True).describe()
+    monkeypatch.setenv("TILEGRAPH_CHANNELS_LAST", "1")
+    assert TritonOptions.from_torch().channels_last and TritonOptions.from_torch("cpu").channels_last
+    monkeypatch.setenv("TILEGRAPH_CHANNELS_LAST", "0")
+    assert not TritonOptions.resolve().channels_last
+    with pytest.raises(TilegraphError, match="channels_last"):
+        TritonOptions.resolve(options={"channel_last": True})
