@@ -60,6 +60,7 @@ QUICK_ORDER = ("resnet18_basic_block", "llama_decoder_block", "bert_base", "gpt2
                "mobilenetv2")
 QUICK_LAYERS = 2  # transformers layers kept in a quick run
 QUICK_TUNE_S, FULL_TUNE_S = 10, 120  # TILEGRAPH_TUNE_SECONDS unless set
+SWITCHES = ("TILEGRAPH_CHANNELS_LAST", "TILEGRAPH_TUNE_TIMER", "TILEGRAPH_LIBRARY_CALLS")
 
 
 @dataclass
@@ -540,7 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     configure_torch(torch)
     device = "CPU (Triton interpreter, dry run: times are meaningless)" if DRY_RUN else torch.cuda.get_device_name()
-    command = "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "") + "".join(
+    # the switches that change what tilegraph builds or how it tunes, as the command set them
+    switches = "".join(f"{name}={os.environ[name]} " for name in SWITCHES if name in os.environ)
+    command = switches + "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "") + "".join(
         f" --{name} {value}" for name, value in (("only", args.only), ("dtype", args.dtype)) if value)
     bandwidth = copy_bandwidth(torch)
     specs = kernel_specs(torch, args.quick) + model_specs(torch, args.quick)

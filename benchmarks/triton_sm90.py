@@ -3,6 +3,7 @@ for sm_90 (`TritonProgram.compile_ahead`, Triton's bundled ptxas) and read back.
 
     python benchmarks/triton_sm90.py                 # writes benchmarks/results/triton_sm90.md
     python benchmarks/triton_sm90.py --only resnet50 # some models (comma-separated)
+    python benchmarks/triton_sm90.py --channels-last --out benchmarks/results/triton_sm90_channels_last.md
 
 Per model (`torch_models.WHOLE_MODELS`, transformers with 2 of their layers at full width, as
 `triton_gpu.py --quick` runs them) at batch 32 and 1, in f32 and bf16, at the Program's own tiles and the
@@ -11,8 +12,8 @@ up; 3 pipeline stages for dot kernels whose blocks fit, else 2), f32 products in
 `triton_gpu.py` allows on both sides) and, at batch 1, also in IEEE f32 (`f32 ieee`: torch's default for
 matmuls, as `dynamo_gpu.py` runs; such dots run on FMA units): how many distinct kernels, how
 many run `tl.dot` and on which tensor-core instructions (`wgmma`, Hopper's; `mma.sync`; none), how
-many stage loads with `cp.async` (what the software pipeliner overlaps with the math), registers, spills
-and shared memory. No times: this is the static half of issue 20, the GPU tables are the other.
+many stage loads with `cp.async` (what the software pipeliner overlaps with the math), how many loads move
+single elements, registers, spills and shared memory. No times: this is the static half of issue 20, the GPU tables are the other.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ LAYERS = 2
 PLAN = ((32, "f32"), (32, "bf16"), (1, "f32"), (1, "f32 ieee"))  # f32 ieee: TF32 off
 
 
-def row(name: str, batch: int, dtype: str) -> str:
+def row(name: str, batch: int, dtype: str, channels_last: bool = False) -> str:
     import torch
     from torch_models import WHOLE_MODELS
 
@@ -42,7 +43,7 @@ def row(name: str, batch: int, dtype: str) -> str:
     with torch.no_grad():
         graph = from_module(module, inputs)
     start = time.perf_counter()
-    fn = tilegraph.compile(graph, target="triton", tf32=dtype == "f32")
+    fn = tilegraph.compile(graph, target="triton", tf32=dtype == "f32", options={"channels_last": channels_last})
     build = time.perf_counter() - start
     start = time.perf_counter()
     records = {r.function: r for r in fn.compile_ahead(90)}
@@ -62,7 +63,7 @@ def row(name: str, batch: int, dtype: str) -> str:
     return (f"| {name} | {batch} | {dtype} | {launches} | {len(distinct)} | {len(dots)} | {library_share(fn):.0%} | "
             f"{cores['wgmma']} | "
             f"{cores['mma']} | {cores['none']} | {sum(r.cp_async for r in dots)} | "
-            f"{sum(r.cp_async_bytes == 16 for r in dots)} | {spills} | {registers} | "
+            f"{sum(r.cp_async_bytes == 16 for r in dots)} | {sum(r.narrow_loads for r in dots)} | {spills} | {registers} | "
             f"{shared:.0f} | {build:.1f} | {seconds:.0f} |")
 
 
@@ -81,6 +82,9 @@ def library_share(fn) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="build with channels-last activations (TritonOptions.channels_last)")
+    parser.add_argument("--out", default=str(RESULTS), help="where to write the table")
     args = parser.parse_args(argv)
     from torch_models import WHOLE_MODELS
 
@@ -91,34 +95,38 @@ def main(argv: list[str] | None = None) -> int:
     for batch, dtype in PLAN:
         for name in names:
             try:
-                rows.append(row(name, batch, dtype))
+                rows.append(row(name, batch, dtype, args.channels_last))
             except Exception as error:  # one model's failure is its row's note
                 rows.append(f"| {name} | {batch} | {dtype} | {type(error).__name__}: "
-                            f"{str(error).splitlines()[0][:120]} |||||||||||||")
+                            f"{str(error).splitlines()[0][:120]} ||||||||||||||")
             print(rows[-1], flush=True)
     import triton
 
     from tilegraph.backends.triton.launch import compile_threads
 
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python benchmarks/triton_sm90.py" + (f" --only {args.only}" if args.only else "")
-    RESULTS.write_text(f"""# Triton whole-model kernels compiled for sm_90 (no GPU)
+    command = "python benchmarks/triton_sm90.py" + (f" --only {args.only}" if args.only else "") + \
+        (" --channels-last" if args.channels_last else "") + (f" --out {args.out}" if args.out != str(RESULTS) else "")
+    layout = "channels-last (NHWC) activations around convolutions" if args.channels_last else "NCHW activations"
+    Path(args.out).write_text(f"""# Triton whole-model kernels compiled for sm_90 (no GPU)
 
 Run {when} by `{command}` (Triton {triton.__version__}, torch {torch.__version__}; the GPU
-machine runs Triton 3.6, whose code can differ). Transformers with {LAYERS} layers at full width. Program
+machine runs Triton 3.6, whose code can differ). {layout}. Transformers with {LAYERS} layers at full width. Program
 tiles, the untuned launch configuration (4 warps, 8 for a dot's 128 x 128 accumulator and up; 3 stages for dot
 kernels whose blocks fit, else 2). `f32`: products in TF32; `f32 ieee`: TF32 off (torch's default for matmuls),
 so dots run on FMA units (`none`).
 `kernels`: Triton launches per call; `distinct`: functions compiled (repeated layers share one); `dot`: distinct
 kernels with `tl.dot`; `library-able`: the share of the dot FLOPs in kernels the tuner also times as a cuBLAS or
 cuDNN call (`backends/triton/library.py`, `library_conv.py`); then the dot kernels by tensor-core instruction;
-`cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying some operand in whole 16-byte vectors; `spills`:
+`cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying some operand in whole
+16-byte vectors; `narrow`: load instructions in the dot kernels' PTX that move one element where a vector would do
+(cp.async under 16 B, 1-2 byte ld.global; a static count: a gather along a strided axis shows here); `spills`:
 kernels spilling registers; `regs`, `shared KiB`: the largest of any kernel; `build s`: seconds of
 `tilegraph.compile` (passes, parameters in the model's dtype, code generation); `s`: seconds to compile the
 kernels for sm_90 here (on {compile_threads()} threads, `launch.compile_threads`).
 
-| model | batch | dtype | kernels | distinct | dot | library-able | wgmma | mma | none | cp.async | 16 B | spills | regs | shared KiB | build s | s |
-|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| model | batch | dtype | kernels | distinct | dot | library-able | wgmma | mma | none | cp.async | 16 B | narrow | spills | regs | shared KiB | build s | s |
+|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 """ + "\n".join(rows) + "\n")
     return 0
 

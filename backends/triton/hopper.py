@@ -37,16 +37,23 @@ class CompiledKernel:
     tensor_cores: str = "none"  # "wgmma", "mma" (mma.sync) or "none"
     cp_async: bool = False  # loads staged through shared memory by cp.async
     cp_async_bytes: int = 0  # the widest of those copies (16: whole vectors)
+    narrow_loads: int = 0  # loads of one element where a vector would do: cp.async under 16 B, 1-2 B ld.global
 
 
 _CP_ASYNC = re.compile(r"cp\.async\.c[ag]\.shared\.global(?:\.[\w:]+)*\s*\[[^\]]*\],\s*\[[^\]]*\],\s*(0x[0-9a-fA-F]+|\d+)")
 
 
+_SCALAR_NARROW_LOAD = re.compile(r"\bld\.global(?![\w.:]*\.v\d)[\w.:]*\.[bsu](?:8|16)\b")
+
+
 def ptx_features(ptx: str) -> dict:
-    """What a kernel's PTX runs on: its tensor-core instruction family, and its cp.async copies."""
+    """What a kernel's PTX runs on: its tensor-core instruction family, its cp.async copies, and how many of its
+    load instructions move single elements (static counts: a gather along a strided axis shows up here)."""
     cores = "wgmma" if "wgmma.mma_async" in ptx else "mma" if "mma.sync" in ptx else "none"
     sizes = [int(size, 0) for size in _CP_ASYNC.findall(ptx)]
-    return {"tensor_cores": cores, "cp_async": "cp.async" in ptx, "cp_async_bytes": max(sizes, default=0)}
+    narrow = sum(size < 16 for size in sizes) + len(_SCALAR_NARROW_LOAD.findall(ptx))
+    return {"tensor_cores": cores, "cp_async": "cp.async" in ptx, "cp_async_bytes": max(sizes, default=0),
+            "narrow_loads": narrow}
 
 
 def _aligned(signature: dict) -> dict:

@@ -74,11 +74,14 @@ class ConvCall(LibraryCall):
     groups: int
     tf32: bool
     epilogue: Epilogue | None = None
+    # the weights as the convolution reads them, by (storage, version): see `weights`
+    _weights: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __call__(self, *args, num_warps: int | None = None, num_stages: int | None = None) -> None:
         import torch
 
-        x, w, out = self.x.of(args), self.w.of(args), self.out.of(args)
+        x, out = self.x.of(args), self.out.of(args)
+        w = self.weights(torch, self.w.of(args), x)
         with torch.no_grad(), precision(torch, out, self.tf32, conv=True):
             y = torch.ops.aten.convolution(x, w, None, self.stride, self.padding, self.dilation, False, (0, 0),
                                            self.groups)
@@ -86,6 +89,21 @@ class ConvCall(LibraryCall):
             out.copy_(y)
         else:
             self.epilogue(y, args)
+
+    def weights(self, torch, w, x):
+        """`w` in the memory format torch's convolution reads it in beside `x` (channels-last or contiguous),
+        copied once per weight tensor and version, not on every call: weights stored permuted for the generated
+        kernel's loads (`packing.py`) would otherwise be copied by every call."""
+        form = torch.channels_last if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) \
+            and not x.is_contiguous() else torch.contiguous_format
+        if w.is_contiguous(memory_format=form):
+            return w
+        key = (w.data_ptr(), w._version, form)
+        if key not in self._weights:
+            self._weights.clear()  # one weight tensor per call: a new version replaces the old copy
+            with torch.no_grad():
+                self._weights[key] = w.contiguous(memory_format=form)
+        return self._weights[key]
 
 
 def conv_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],

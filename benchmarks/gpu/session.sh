@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared GPU session (issues 19 and 20): set up, GPU tests, then the benchmarks, each under its
 # own time limit, so that a lent device's few minutes give every table that fits.
-#   bash benchmarks/gpu/session.sh [all|dynamo|triton] [dynamo-budget-s] [triton-budget-s]
+#   bash benchmarks/gpu/session.sh [all|dynamo|triton|channels-last] [dynamo-budget-s] [triton-budget-s]
 # Run on the device machine from the repository root; .whl/ holds the wheels the image lacks
 # (lark, ortools and its pins; see the device tool's README). Results and logs go to $OUT.
 # A session has 15 device minutes and 10 a call, the machine's start included: call `triton 0 300`
@@ -9,7 +9,9 @@
 # then the quick whole-model table: about 8 minutes with the start), commit its tables, then
 # `dynamo 120` if time is left. (On 2026-11-27 `triton 0 150` ran the bf16 rows at batch 32 in 260 s;
 # the model rows now also time a CUDA-graph replay and torch.compile's reduce-overhead mode.) With time
-# left, compare the tuner's timers on the rows where library calls compete (cuDNN, cuBLAS):
+# left, `channels-last 0 150`: the convolutional rows again with channels-last activations
+# (TILEGRAPH_CHANNELS_LAST=1, off by default until this compares them), beside the same rows as built by default,
+# in one call on one card; then compare the tuner's timers on the rows where library calls compete:
 #   TILEGRAPH_TUNE_TIMER=graph python3 benchmarks/triton_gpu.py --quick --only resnet50,bert_base \
 #     --budget 60 --out $OUT/timer_graph.md
 set -uo pipefail
@@ -26,7 +28,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 stamp "set up"
-if [ "$WHAT" != triton ]; then
+if [ "$WHAT" = all ] || [ "$WHAT" = dynamo ]; then
   timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/frontends/test_dynamo_gpu.py -k "not fused_attention" 2>&1 | tail -15 | tee "$OUT/test_dynamo_gpu.log"
   stamp "dynamo GPU tests"
   # training through CUDA's fused attention ops (flash for bf16, memory-efficient for f32): its own run, so
@@ -43,7 +45,7 @@ if [ "$WHAT" != triton ]; then
   grep -E "^##|total CUDA|^ +[0-9]" "$OUT/profile_kernels.log" | head -16
   stamp "profile_kernels.py"
 fi
-if [ "$WHAT" != dynamo ]; then
+if [ "$WHAT" = all ] || [ "$WHAT" = triton ]; then
   timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -25
   stamp "triton GPU tests"
   timeout 120 python3 benchmarks/launch_overhead.py --gpu >"$OUT/launch_overhead.log" 2>&1
@@ -52,4 +54,16 @@ if [ "$WHAT" != dynamo ]; then
   timeout $((TRITON_BUDGET + 90)) python3 benchmarks/triton_gpu.py --quick --budget "$TRITON_BUDGET" >"$OUT/triton_gpu.log" 2>&1
   cp benchmarks/results/triton_gpu.md "$OUT/" 2>/dev/null; grep -E "^\||geometric" "$OUT/triton_gpu.log" | tail -30
   stamp "triton_gpu.py"
+fi
+if [ "$WHAT" = channels-last ]; then
+  CONV=resnet50,mobilenetv2,resnet18_basic_block
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py -k channels_last 2>&1 | tee "$OUT/test_channels_last_gpu.log" | tail -8
+  stamp "channels-last GPU tests"
+  for layout in 0 1; do
+    TILEGRAPH_CHANNELS_LAST=$layout timeout $((TRITON_BUDGET / 2 + 90)) python3 benchmarks/triton_gpu.py --quick \
+      --only "$CONV" --budget $((TRITON_BUDGET / 2)) --out "$OUT/triton_gpu_channels_last_$layout.md" \
+      >"$OUT/triton_gpu_channels_last_$layout.log" 2>&1
+    grep -E "^\||geometric" "$OUT/triton_gpu_channels_last_$layout.log" | tail -12
+    stamp "triton_gpu.py, channels-last $layout"
+  done
 fi

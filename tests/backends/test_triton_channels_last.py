@@ -117,3 +117,19 @@ def test_the_option_resolves_and_is_reported(monkeypatch):
     assert not TritonOptions.resolve().channels_last
     with pytest.raises(TilegraphError, match="channels_last"):
         TritonOptions.resolve(options={"channel_last": True})
+
+
+def test_a_convolution_over_channels_last_loads_whole_vectors_on_sm90(tmp_path, monkeypatch):
+    """Compiled for sm_90 (TF32): the ResNet block's second convolution, whose input is stored NHWC, stages every
+    load in 16-byte vectors; NCHW, 24 of its copies move one element (4 B cp.async: a gather along K). The first
+    convolution reads the block's input, a graph input kept NCHW, either way."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    graph = parse_file(str(EXAMPLES / "resnet_block.tg"))
+    narrow = {}
+    for on in (False, True):
+        fn = tilegraph.compile(graph, target="triton", tf32=True, options={"channels_last": on})
+        records = {r.function: r for r in fn.compile_ahead(90)}
+        first, second = (s for s in fn.generated.kernels if s is not None and s.uses_dot)
+        narrow[on] = (records[first.function].narrow_loads, records[second.function].narrow_loads)
+    assert narrow[True][1] == 0 < narrow[False][1], narrow
+    assert narrow[True][0] == narrow[False][0] > 0, narrow

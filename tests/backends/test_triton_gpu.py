@@ -190,3 +190,39 @@ def test_convolution_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, mo
                   "{ return relu((conv2d(x, w, stride=[2, 2], padding=[1, 1]) - m) * s + b + r) }")
     call = library_call_results(graph, library_conv.ConvCall, torch.backends.cudnn, dtype)
     assert call.epilogue is not None and len(call.epilogue.args) == 6, "the batch norm, residual and ReLU generated"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("calls", [False, True])
+def test_channels_last_convolutions_on_the_gpu(tmp_path, monkeypatch, dtype, calls):
+    """Two convolutions over an NHWC intermediate (`channels_last.py`), as generated kernels or as cuDNN calls
+    with generated epilogues (torch's convolution on the permuted views): the walk, the direct launches and a
+    CUDA graph's replay match the reference, in IEEE f32 and bf16."""
+    from tilegraph.backends.triton import library_conv
+    from tilegraph.backends.triton.launch import GraphedLauncher
+
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    c = f"{dtype}[32, 1, 1]"
+    graph = parse(f"def f(x: {dtype}[4, 16, 28, 28], w1: {dtype}[32, 16, 3, 3], w2: {dtype}[32, 32, 3, 3], "
+                  f"m: {c}, s: {c}, b: {c}) -> {dtype}[4, 32, 14, 14] {{\n"
+                  "  h = relu((conv2d(x, w1, stride=[2, 2], padding=[1, 1]) - m) * s + b)\n"
+                  "  return relu(conv2d(h, w2, padding=[1, 1]) + h)\n}")
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs)[0].astype(np.float32)
+    fn = tilegraph.compile(graph, target="triton", tf32=False, options={"channels_last": True})
+    fn.autotune = False
+    assert any(v.kind.name != "PARAM" for v in fn.generated.layouts), "h is stored NHWC"
+    if calls:
+        state = tuner.state_of(fn)
+        for source in (s for s in fn.generated.kernels if s is not None):
+            call = tuner.library_candidate(fn, fn.generated.kernels.index(source), source)
+            assert isinstance(call, library_conv.ConvCall)
+            tuner.install(fn, state, source, call, source.grid)
+    launcher = fn.launcher()
+    cuda = launcher.check([torch.from_numpy(a).cuda() for a in inputs])
+    graphed = GraphedLauncher(launcher)
+    results = [launcher(*cuda)[0], launcher(*cuda)[0]] + [graphed(*cuda)[0] for _ in range(3)]
+    tolerance = 1e-4 if dtype == "f32" else 3e-2
+    for out in results:
+        np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=tolerance,
+                                   atol=tolerance * float(np.abs(want).max()))

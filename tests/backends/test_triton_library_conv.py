@@ -143,3 +143,21 @@ def test_the_convolution_flag_is_left_alone_off_cuda():
     before = torch.backends.cudnn.allow_tf32
     with library.precision(torch, torch.ones(2), not before, conv=True):
         assert torch.backends.cudnn.allow_tf32 == before
+
+
+def test_permuted_weights_are_copied_once_per_version():
+    """Weights stored permuted for the generated kernel (`packing.py`) are copied into the layout torch's
+    convolution reads once, then reused, and copied again after they change in place."""
+    source, _, _ = conv_source(1, 4, 8, 8, 8, 3, 1, 1, 1, 1, "batch_norm_relu")
+    fn = tilegraph.compile(parse(source), target="triton")
+    (call,) = conv_calls(fn).values()
+    w = torch.randn(8, 4, 3, 3).permute(2, 3, 0, 1).contiguous().permute(2, 3, 0, 1)  # as packed, read back
+    x = torch.randn(1, 4, 8, 8)
+    first = call.weights(torch, w, x)
+    assert first.is_contiguous() and torch.equal(first, w) and call.weights(torch, w, x) is first
+    w.mul_(2)
+    again = call.weights(torch, w, x)
+    assert again is not first and torch.equal(again, w)
+    nhwc = call.weights(torch, w, x.to(memory_format=torch.channels_last))
+    assert nhwc.is_contiguous(memory_format=torch.channels_last) and torch.equal(nhwc, w)
+    assert call.weights(torch, nhwc, x.to(memory_format=torch.channels_last)) is nhwc, "already as read: no copy"
