@@ -17,6 +17,8 @@ from tilegraph.ir.graph import Value, ValueKind
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.types import DType
 
+from .packing import moves
+
 NHWC = (0, 2, 3, 1)  # NCHW's axes in channels-last storage order
 FLOATS = (DType.f16, DType.bf16, DType.f32)
 PRODUCTS = ("matmul", "batch_matmul")  # read by a library call through views that need their own layout
@@ -39,7 +41,7 @@ def plan(program: Program, arena: Arena) -> dict[Value, tuple[int, ...]]:
         conv = kernel.nodes[0]
         weight = conv.inputs[1] if conv.op == "conv2d" else None
         if weight is not None and conv.inputs[0] in chosen and weight.kind is ValueKind.PARAM \
-                and len(users[weight]) == 1 and weight.type.shape[2:] != (1, 1):  # a 1 x 1 filter: bytes unmoved
+                and len(users[weight]) == 1 and moves(weight, NHWC):  # (a 1 x 1 or depthwise filter's do not)
             chosen[weight] = NHWC
     return chosen
 

@@ -72,12 +72,12 @@ def plan_layouts(program: Program, options: TritonOptions) -> dict[Value, tuple[
     for value, orders in wanted.items():
         if value not in kept and len(orders) == 1:
             (order,) = orders
-            if _moves(value, order):
+            if moves(value, order):
                 chosen[value] = order
     return chosen
 
 
-def _moves(value: Value, order: tuple[int, ...]) -> bool:
+def moves(value: Value, order: tuple[int, ...]) -> bool:
     """Whether storing `value` with its axes in `order` moves any element (axes of one element do not)."""
     shape = value.type.shape
     return [a for a in order if shape[a] > 1] != [a for a in range(len(shape)) if shape[a] > 1]
@@ -88,4 +88,4 @@ def permuted(tensor, order: tuple[int, ...]):
     return tensor.permute(*order).contiguous()
 
 
-__all__ = ["plan_layouts", "permuted"]
+__all__ = ["plan_layouts", "permuted", "moves"]
