@@ -70,6 +70,9 @@ class TritonOptions:
             if unknown:
                 raise TilegraphError(f"unknown Triton build option(s) {sorted(unknown)}: known are tf32, "
                                      "matmul_tf32, conv_tf32, channels_last")
+            wrong = {name: value for name, value in fields.items() if not isinstance(value, bool)}
+            if wrong:
+                raise TilegraphError(f"the Triton options take True or False, got {wrong}")
             base = TritonOptions(**{**TritonOptions.from_torch(device).__dict__, **fields})
         if tf32 is not None:
             if not isinstance(tf32, bool):

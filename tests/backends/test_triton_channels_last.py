@@ -117,6 +117,8 @@ def test_the_option_resolves_and_is_reported(monkeypatch):
     assert not TritonOptions.resolve().channels_last
     with pytest.raises(TilegraphError, match="channels_last"):
         TritonOptions.resolve(options={"channel_last": True})
+    with pytest.raises(TilegraphError, match="True or False"):
+        TritonOptions.resolve(options={"channels_last": "yes"})
 
 
 def test_a_convolution_over_channels_last_loads_whole_vectors_on_sm90(tmp_path, monkeypatch):
