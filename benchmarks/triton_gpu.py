@@ -21,9 +21,11 @@ torch.compile(backend="tilegraph") does by default; the table also gives its lau
 torch.compile's mode="reduce-overhead" (CUDA graphs) beside its default mode. Memory-bound rows are also
 given as a fraction of the measured device-to-device copy bandwidth; matmul-like rows as a fraction of cuBLAS
 (torch.matmul). The tuner may hand a kernel that is one matmul (with an add and a short epilogue) to cuBLAS
-(`backends/triton/library.py`), or one convolution (with a batch norm or bias and a short epilogue) to cuDNN
+(`backends/triton/library.py`), or a kernel that starts with one convolution to cuDNN, its other ops generated
 (`library_conv.py`), where that is faster, as torch.compile's default mode does for every matmul and
-convolution; the note says how many kernels ran so. The matmul rows leave that out, so that they measure the
+convolution; the note says how many kernels ran so. `--both-layouts`: a model with convolutions is also built with
+its activations in the other layout (channels-last, unless TILEGRAPH_CHANNELS_LAST=1 made that the first), checked
+against the first build and timed, in the note: one run compares the layouts against the same torch.compile. The matmul rows leave that out, so that they measure the
 generated kernel.
 
 --quick: one size per single-kernel case (bf16 matmul only), the transformers models with 2 of their layers
@@ -54,6 +56,7 @@ from unittest import mock
 
 RESULTS = Path(__file__).resolve().parent / "results" / "triton_gpu.md"
 DEVICE = "cuda"
+BOTH_LAYOUTS = False  # --both-layouts
 QUICK_BUDGET_S = 210.0  # no row starts after this; the last one may take a minute or more (ResNet-50, MobileNetV2)
 # a quick run's model order: most kernels compiled per second of budget first, the many-kernel CNNs last
 QUICK_ORDER = ("resnet18_basic_block", "llama_decoder_block", "bert_base", "gpt2_small", "vit_base", "resnet50",
@@ -144,12 +147,32 @@ def graphed(fn, inputs):
     return lambda: replay(*inputs)
 
 
-def tilegraph_fn(source):
-    """The Triton build of a DSL source text, or of a Graph (a traced torch model)."""
+def tilegraph_fn(source, **options):
+    """The Triton build of a DSL source text, or of a Graph (a traced torch model); `options`: build options
+    beside torch's precision flags (`TritonOptions`)."""
     import tilegraph
     from tilegraph.frontends.dsl import parse
 
-    return tilegraph.compile(parse(source) if isinstance(source, str) else source, target="triton")
+    return tilegraph.compile(parse(source) if isinstance(source, str) else source, target="triton",
+                             options=options or None)
+
+
+def other_layout(torch, fn, source, inputs, got, tg_ms: float, comp_ms: float | None, tolerance: float) -> str:
+    """The model built with its activations in the other layout (`TritonOptions.channels_last`), tuned, checked
+    against the first build's result `got` and timed as the row's tilegraph column is: for the note."""
+    layout = not fn.options.channels_last
+    name = "channels-last" if layout else "NCHW"
+    try:
+        other = tilegraph_fn(source, channels_last=layout)
+        run = lambda: other.run_torch(*inputs)  # noqa: E731
+        apart = float((run()[0].float() - got.float()).abs().max())
+        replay = graphed(other, inputs)
+        ms = bench(replay if replay is not None else run)
+    except Exception as exc:  # the other layout failing is its note, not the row's
+        return f"{name} failed: {short_error(exc)}"
+    versus = f", compile/tg {comp_ms / ms:.2f}" if comp_ms else ""
+    mismatch = f", MISMATCH {apart:.2e} from the first build" if not apart <= tolerance else ""
+    return f"{name} {ms:.3f} ms ({tg_ms / ms:.2f}x the first build's speed{versus}{mismatch})"
 
 
 def kernel_profile(torch, call, top: int = 10) -> tuple[float, str]:
@@ -265,6 +288,9 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
             note = f"{note}; CUDA graph failed (launches one by one timed): {short_error(exc)}"
     launched_ms = bench(ours)
     tg_ms = bench(replay) if replay is not None else launched_ms
+    if model and BOTH_LAYOUTS and any(n.op == "conv2d" for n in fn.program.graph.nodes):
+        release(torch)
+        note = f"{note}; {other_layout(torch, fn, source, inputs, got, tg_ms, comp_ms, (tolerance or 0) * scale)}"
     return Row(case, shape, dtype, tg_ms, bench(lambda: eager(*inputs)), comp_ms, bytes_moved, flops,
                bench(cublas) if cublas else None, roof_name, error, note, tg_first, comp_first,
                launched_ms if replay is not None else None, ro_ms)
@@ -513,8 +539,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated case names to run (default: all)")
     parser.add_argument("--dtype", default="", help="comma-separated dtypes to run (f16, bf16, f32; default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"Markdown table to write (default {RESULTS})")
+    parser.add_argument("--both-layouts", action="store_true",
+                        help="models with convolutions: also build them with activations in the other layout "
+                             "(channels-last) and give its time in the note")
     args = parser.parse_args(argv)
-    global DRY_RUN, DEVICE
+    global DRY_RUN, DEVICE, BOTH_LAYOUTS
+    BOTH_LAYOUTS = args.both_layouts
 
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -543,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     device = "CPU (Triton interpreter, dry run: times are meaningless)" if DRY_RUN else torch.cuda.get_device_name()
     # the switches that change what tilegraph builds or how it tunes, as the command set them
     switches = "".join(f"{name}={os.environ[name]} " for name in SWITCHES if name in os.environ)
-    command = switches + "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "") + "".join(
+    command = switches + "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "") + \
+        (" --both-layouts" if args.both_layouts else "") + "".join(
         f" --{name} {value}" for name, value in (("only", args.only), ("dtype", args.dtype)) if value)
     bandwidth = copy_bandwidth(torch)
     specs = kernel_specs(torch, args.quick) + model_specs(torch, args.quick)

@@ -9,9 +9,9 @@
 # then the quick whole-model table: about 8 minutes with the start), commit its tables, then
 # `dynamo 120` if time is left. (On 2026-11-27 `triton 0 150` ran the bf16 rows at batch 32 in 260 s;
 # the model rows now also time a CUDA-graph replay and torch.compile's reduce-overhead mode.) With time
-# left, `channels-last 0 150`: the convolutional rows again with channels-last activations
-# (TILEGRAPH_CHANNELS_LAST=1, off by default until this compares them), beside the same rows as built by default,
-# in one call on one card; then compare the tuner's timers on the rows where library calls compete:
+# left, `channels-last 0 150`: the convolutional rows, each model also built with channels-last activations
+# (`--both-layouts`; TILEGRAPH_CHANNELS_LAST=1 makes them the default, off until this compares them) against the
+# same torch.compile; then compare the tuner's timers on the rows where library calls compete:
 #   TILEGRAPH_TUNE_TIMER=graph python3 benchmarks/triton_gpu.py --quick --only resnet50,bert_base \
 #     --budget 60 --out $OUT/timer_graph.md
 set -uo pipefail
@@ -56,14 +56,11 @@ if [ "$WHAT" = all ] || [ "$WHAT" = triton ]; then
   stamp "triton_gpu.py"
 fi
 if [ "$WHAT" = channels-last ]; then
-  CONV=resnet50,mobilenetv2,resnet18_basic_block
   timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py -k channels_last 2>&1 | tee "$OUT/test_channels_last_gpu.log" | tail -8
   stamp "channels-last GPU tests"
-  for layout in 0 1; do
-    TILEGRAPH_CHANNELS_LAST=$layout timeout $((TRITON_BUDGET / 2 + 90)) python3 benchmarks/triton_gpu.py --quick \
-      --only "$CONV" --budget $((TRITON_BUDGET / 2)) --out "$OUT/triton_gpu_channels_last_$layout.md" \
-      >"$OUT/triton_gpu_channels_last_$layout.log" 2>&1
-    grep -E "^\||geometric" "$OUT/triton_gpu_channels_last_$layout.log" | tail -12
-    stamp "triton_gpu.py, channels-last $layout"
-  done
+  timeout $((TRITON_BUDGET + 120)) python3 benchmarks/triton_gpu.py --quick --both-layouts \
+    --only resnet18_basic_block,resnet50,mobilenetv2 --budget "$TRITON_BUDGET" --out "$OUT/triton_gpu_layouts.md" \
+    >"$OUT/triton_gpu_layouts.log" 2>&1
+  grep -E "^\||geometric" "$OUT/triton_gpu_layouts.log" | tail -12
+  stamp "triton_gpu.py --both-layouts"
 fi
