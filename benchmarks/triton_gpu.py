@@ -24,7 +24,7 @@ given as a fraction of the measured device-to-device copy bandwidth; matmul-like
 (`backends/triton/library.py`), or a kernel that starts with one convolution to cuDNN, its other ops generated
 (`library_conv.py`), where that is faster, as torch.compile's default mode does for every matmul and
 convolution; the note says how many kernels ran so. `--both-layouts`: a model with convolutions is also built with
-its activations in the other layout (channels-last, unless TILEGRAPH_CHANNELS_LAST=1 made that the first), checked
+its activations in the other layout (NCHW, unless TILEGRAPH_CHANNELS_LAST=0 made that the first), checked
 against the first build and timed, in the note: one run compares the layouts against the same torch.compile. The matmul rows leave that out, so that they measure the
 generated kernel.
 
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"Markdown table to write (default {RESULTS})")
     parser.add_argument("--both-layouts", action="store_true",
                         help="models with convolutions: also build them with activations in the other layout "
-                             "(channels-last) and give its time in the note")
+                             "(NCHW; channels-last is the default) and give its time in the note")
     args = parser.parse_args(argv)
     global DRY_RUN, DEVICE, BOTH_LAYOUTS
     BOTH_LAYOUTS = args.both_layouts

@@ -3,7 +3,7 @@ for sm_90 (`TritonProgram.compile_ahead`, Triton's bundled ptxas) and read back.
 
     python benchmarks/triton_sm90.py                 # writes benchmarks/results/triton_sm90.md
     python benchmarks/triton_sm90.py --only resnet50 # some models (comma-separated)
-    python benchmarks/triton_sm90.py --channels-last --out benchmarks/results/triton_sm90_channels_last.md
+    python benchmarks/triton_sm90.py --nchw --out benchmarks/results/triton_sm90_nchw.md  # NCHW activations
 
 Per model (`torch_models.WHOLE_MODELS`, transformers with 2 of their layers at full width, as
 `triton_gpu.py --quick` runs them) at batch 32 and 1, in f32 and bf16, at the Program's own tiles and the
@@ -30,7 +30,7 @@ LAYERS = 2
 PLAN = ((32, "f32"), (32, "bf16"), (1, "f32"), (1, "f32 ieee"))  # f32 ieee: TF32 off
 
 
-def row(name: str, batch: int, dtype: str, channels_last: bool = False) -> str:
+def row(name: str, batch: int, dtype: str, channels_last: bool = True) -> str:
     import torch
     from torch_models import WHOLE_MODELS
 
@@ -82,8 +82,8 @@ def library_share(fn) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated model names")
-    parser.add_argument("--channels-last", action="store_true",
-                        help="build with channels-last activations (TritonOptions.channels_last)")
+    parser.add_argument("--nchw", action="store_true",
+                        help="build with NCHW activations (TritonOptions.channels_last off), for comparison")
     parser.add_argument("--out", default=str(RESULTS), help="where to write the table")
     args = parser.parse_args(argv)
     from torch_models import WHOLE_MODELS
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch, dtype in PLAN:
         for name in names:
             try:
-                rows.append(row(name, batch, dtype, args.channels_last))
+                rows.append(row(name, batch, dtype, not args.nchw))
             except Exception as error:  # one model's failure is its row's note
                 rows.append(f"| {name} | {batch} | {dtype} | {type(error).__name__}: "
                             f"{str(error).splitlines()[0][:120]} ||||||||||||||")
@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "python benchmarks/triton_sm90.py" + (f" --only {args.only}" if args.only else "") + \
-        (" --channels-last" if args.channels_last else "") + (f" --out {args.out}" if args.out != str(RESULTS) else "")
-    layout = "channels-last (NHWC) activations around convolutions" if args.channels_last else "NCHW activations"
+        (" --nchw" if args.nchw else "") + (f" --out {args.out}" if args.out != str(RESULTS) else "")
+    layout = "NCHW activations" if args.nchw else "Channels-last (NHWC) activations around convolutions"
     Path(args.out).write_text(f"""# Triton whole-model kernels compiled for sm_90 (no GPU)
 
 Run {when} by `{command}` (Triton {triton.__version__}, torch {torch.__version__}; the GPU

@@ -1,4 +1,5 @@
-"""Activations stored channels-last (NHWC) around convolutions, as Inductor lays out a convolutional network on a GPU.
+"""Activations stored channels-last (NHWC) around convolutions (`TritonOptions.channels_last`, the default), as Inductor
+lays out a convolutional network on a GPU.
 
 An implicit-GEMM convolution reduces over input channels. Stored NCHW, a block of its input is contiguous along the
 output pixels (M) and H x W elements apart along the channels (K): TF32 tensor cores read both operands K-major, and

@@ -8,9 +8,10 @@ when the module is generated (`TritonOptions.from_torch`), and become fields of 
 source is a deterministic function of the Program and its options. Without torch imported, torch's
 defaults hold: IEEE matmuls, TF32 convolutions.
 
-`channels_last` stores the activations that convolutions read and write with their channels innermost
-(`channels_last.py`), as Inductor lays out a convolutional network on a GPU; off unless asked for (the option, or
-`TILEGRAPH_CHANNELS_LAST=1`), until a GPU run shows it pays.
+`channels_last` (on by default; the option, or `TILEGRAPH_CHANNELS_LAST=0`, turns it off) stores the activations
+that convolutions read and write with their channels innermost (`channels_last.py`), as Inductor lays out a
+convolutional network on a GPU: compiled for sm_90, ResNet-50's dot kernels then load their inputs in 16-byte
+vectors (`benchmarks/results/triton_sm90_nchw.md` has the NCHW build). Not yet timed on a GPU.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class TritonOptions:
 
     matmul_tf32: bool = TORCH_DEFAULT_MATMUL_TF32
     conv_tf32: bool = TORCH_DEFAULT_CONV_TF32
-    channels_last: bool = False
+    channels_last: bool = True
 
     @staticmethod
     def from_torch(device: str | None = None) -> TritonOptions:
@@ -44,7 +45,7 @@ class TritonOptions:
         CUDA (the Triton interpreter's CPU tensors) torch never uses TF32: IEEE. Without torch
         imported, its defaults (reading the flags never imports torch). `channels_last` from
         $TILEGRAPH_CHANNELS_LAST."""
-        layout = os.environ.get(CHANNELS_LAST, "0").strip().lower() in ("1", "on", "true", "yes")
+        layout = os.environ.get(CHANNELS_LAST, "1").strip().lower() not in ("0", "off", "false", "no")
         if device is not None and not str(device).startswith("cuda"):
             return TritonOptions(matmul_tf32=False, conv_tf32=False, channels_last=layout)
         torch = sys.modules.get("torch")
@@ -86,8 +87,8 @@ class TritonOptions:
         return "tf32" if tf32 else "ieee"
 
     def describe(self) -> str:
-        layout = ", channels-last activations" if self.channels_last else ""
-        return f"f32 matmul {self.precision('matmul')}, f32 conv {self.precision('conv2d')}{layout}"
+        layout = "channels-last" if self.channels_last else "NCHW"
+        return f"f32 matmul {self.precision('matmul')}, f32 conv {self.precision('conv2d')}, {layout} activations"
 
 
 __all__ = ["TritonOptions", "TORCH_DEFAULT_MATMUL_TF32", "TORCH_DEFAULT_CONV_TF32", "CHANNELS_LAST"]

@@ -9,9 +9,10 @@
 # then the quick whole-model table: about 8 minutes with the start), commit its tables, then
 # `dynamo 120` if time is left. (On 2026-11-27 `triton 0 150` ran the bf16 rows at batch 32 in 260 s;
 # the model rows now also time a CUDA-graph replay and torch.compile's reduce-overhead mode.) With time
-# left, `channels-last 0 150`: the convolutional rows, each model also built with channels-last activations
-# (`--both-layouts`; TILEGRAPH_CHANNELS_LAST=1 makes them the default, off until this compares them) against the
-# same torch.compile; then compare the tuner's timers on the rows where library calls compete:
+# left, `channels-last 0 150`: the convolutional rows, each model built with channels-last activations (the
+# default since 2026-11-27, on sm_90 evidence only) and again NCHW (`--both-layouts`) against the same
+# torch.compile: flip the default back (`TritonOptions.channels_last`) if NCHW wins; then compare the tuner's
+# timers on the rows where library calls compete:
 #   TILEGRAPH_TUNE_TIMER=graph python3 benchmarks/triton_gpu.py --quick --only resnet50,bert_base \
 #     --budget 60 --out $OUT/timer_graph.md
 set -uo pipefail

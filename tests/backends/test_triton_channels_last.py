@@ -53,8 +53,10 @@ def test_lenet_stores_its_convolution_activations_channels_last():
     flat_source = next(n.inputs[0] for n in fn.program.graph.nodes if n.op == "reshape" and n.result.type.rank == 2)
     assert flat_source not in fn.generated.layouts, "read by a reshape: its own layout"
     assert "# activations stored with permuted axes:" in fn.source
-    off = tilegraph.compile(graph, target="triton")
-    assert not any(v.kind.name != "PARAM" for v in off.generated.layouts), "off by default"
+    default = tilegraph.compile(graph, target="triton")
+    assert {default.generated.names[v] for v in default.generated.layouts} == set(names), "the default"
+    off = tilegraph.compile(graph, target="triton", options={"channels_last": False})
+    assert not any(v.kind.name != "PARAM" for v in off.generated.layouts)
 
 
 def test_a_resnet_channels_last_matches_with_and_without_conv_calls():
@@ -111,10 +113,9 @@ def test_the_option_resolves_and_is_reported(monkeypatch):
     assert TritonOptions.resolve(options=ON).channels_last
     assert TritonOptions.resolve(tf32=True, options=ON) == TritonOptions(True, True, True), "tf32 keeps the layout"
     assert "channels-last activations" in TritonOptions(channels_last=True).describe()
-    monkeypatch.setenv("TILEGRAPH_CHANNELS_LAST", "1")
     assert TritonOptions.from_torch().channels_last and TritonOptions.from_torch("cpu").channels_last
     monkeypatch.setenv("TILEGRAPH_CHANNELS_LAST", "0")
-    assert not TritonOptions.resolve().channels_last
+    assert not TritonOptions.resolve().channels_last and not TritonOptions.from_torch("cpu").channels_last
     with pytest.raises(TilegraphError, match="channels_last"):
         TritonOptions.resolve(options={"channel_last": True})
     with pytest.raises(TilegraphError, match="True or False"):
