@@ -12,6 +12,7 @@ import numpy as np
 
 from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir import TilegraphError
+from tilegraph.ir.graph import ValueKind
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
 
@@ -176,7 +177,9 @@ class TritonProgram(CompiledProgram):
 
     def backend_report(self) -> str:
         arena = self.generated.arena
-        lines = [f"  arena {arena.size} B for {len(arena.offsets)} intermediates (offsets from {arena.source})"]
+        stored = [self.generated.names[v] for v in self.generated.layouts if v.kind is not ValueKind.PARAM]
+        lines = [f"  {self.options.describe()}" + (f" ({', '.join(stored)})" if stored else ""),
+                 f"  arena {arena.size} B for {len(arena.offsets)} intermediates (offsets from {arena.source})"]
         for position, (kernel, source) in enumerate(zip(self.program.kernels, self.generated.kernels)):
             if source is None:
                 view = arena.views.get(kernel.outputs[0])

@@ -53,6 +53,7 @@ def test_lenet_stores_its_convolution_activations_channels_last():
     flat_source = next(n.inputs[0] for n in fn.program.graph.nodes if n.op == "reshape" and n.result.type.rank == 2)
     assert flat_source not in fn.generated.layouts, "read by a reshape: its own layout"
     assert "# activations stored with permuted axes:" in fn.source
+    assert f"channels-last activations ({', '.join(sorted(activations, key=list(names).index))})" in fn.report()
     default = tilegraph.compile(graph, target="triton")
     assert {default.generated.names[v] for v in default.generated.layouts} == set(names), "the default"
     off = tilegraph.compile(graph, target="triton", options={"channels_last": False})
