@@ -18,6 +18,7 @@ from tilegraph.backends import reference  # noqa: E402
 from tilegraph.backends.triton import TritonOptions, channels_last, library_conv, tuner  # noqa: E402
 from tilegraph.frontends.dsl import parse_file, parse  # noqa: E402
 from tilegraph.ir import TilegraphError  # noqa: E402
+from tilegraph.ir.graph import ValueKind  # noqa: E402
 
 from triton_cases import EXAMPLES, assert_same, check  # noqa: E402
 
@@ -44,7 +45,7 @@ def test_lenet_stores_its_convolution_activations_channels_last():
     names = {fn.generated.names[v]: order for v, order in fn.generated.layouts.items()}
     stored = {name for name, order in names.items() if order == channels_last.NHWC}
     by_name = {fn.generated.names[v]: v for v in fn.generated.layouts}
-    activations = {name for name in stored if by_name[name].kind.name != "PARAM"}
+    activations = {name for name in stored if by_name[name].kind is not ValueKind.PARAM}
     assert activations, names
     assert all(by_name[name].type.rank == 4 for name in activations)
     assert "conv2_weight" in stored and "conv1_weight" not in stored, names
@@ -57,7 +58,7 @@ def test_lenet_stores_its_convolution_activations_channels_last():
     default = tilegraph.compile(graph, target="triton")
     assert {default.generated.names[v] for v in default.generated.layouts} == set(names), "the default"
     off = tilegraph.compile(graph, target="triton", options={"channels_last": False})
-    assert not any(v.kind.name != "PARAM" for v in off.generated.layouts)
+    assert all(v.kind is ValueKind.PARAM for v in off.generated.layouts)
 
 
 def test_a_resnet_channels_last_matches_with_and_without_conv_calls():
@@ -78,7 +79,7 @@ def test_a_resnet_channels_last_matches_with_and_without_conv_calls():
     arrays = [t.numpy() for t in inputs]
     want = reference.run(graph, arrays)
     fn = tilegraph.compile(graph, target="triton", options=ON)
-    assert sum(v.kind.name != "PARAM" for v in fn.generated.layouts) >= 10
+    assert sum(v.kind is not ValueKind.PARAM for v in fn.generated.layouts) >= 10
     types = [v.type for v in graph.outputs]
     assert_same(fn(*arrays), want, types)
     assert with_conv_calls(fn) == sum(k.nodes[0].op == "conv2d" for k in fn.program.kernels)
