@@ -74,14 +74,14 @@ class ConvCall(LibraryCall):
     groups: int
     tf32: bool
     epilogue: Epilogue | None = None
-    # the weights as the convolution reads them, by (storage, version): see `weights`
+    # the weight as the convolution reads it, by memory format: (argument, its version, the copy); see `weights`
     _weights: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __call__(self, *args, num_warps: int | None = None, num_stages: int | None = None) -> None:
         import torch
 
         x, out = self.x.of(args), self.out.of(args)
-        w = self.weights(torch, self.w.of(args), x)
+        w = self.weights(torch, args, x)
         with torch.no_grad(), precision(torch, out, self.tf32, conv=True):
             y = torch.ops.aten.convolution(x, w, None, self.stride, self.padding, self.dilation, False, (0, 0),
                                            self.groups)
@@ -90,20 +90,24 @@ class ConvCall(LibraryCall):
         else:
             self.epilogue(y, args)
 
-    def weights(self, torch, w, x):
-        """`w` in the memory format torch's convolution reads it in beside `x` (channels-last or contiguous),
-        copied once per weight tensor and version, not on every call: weights stored permuted for the generated
-        kernel's loads (`packing.py`) would otherwise be copied by every call."""
+    def weights(self, torch, args, x):
+        """The weight argument in the memory format torch's convolution reads it in beside `x` (channels-last or
+        contiguous), copied once per argument tensor and version, not on every call: weights stored permuted for
+        the generated kernel's loads (`packing.py`) would otherwise be copied by every call. The cache holds the
+        argument itself, so a new tensor (even at a reused address) is copied anew."""
         form = torch.channels_last if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) \
             and not x.is_contiguous() else torch.contiguous_format
-        if w.is_contiguous(memory_format=form):
-            return w
-        key = (w.data_ptr(), w._version, form)
-        if key not in self._weights:
-            self._weights.clear()  # one weight tensor per call: a new version replaces the old copy
+        source = args[self.w.position]
+        cached = self._weights.get(form)
+        if cached is not None and cached[0] is source and cached[1] == source._version:
+            return cached[2]
+        w = self.w.of(args)
+        if not w.is_contiguous(memory_format=form):
             with torch.no_grad():
-                self._weights[key] = w.contiguous(memory_format=form)
-        return self._weights[key]
+                w = w.contiguous(memory_format=form)
+            self._weights.clear()  # one weight per call: the copy of a replaced or changed one goes
+            self._weights[form] = (source, source._version, w)
+        return w
 
 
 def conv_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],

@@ -5,6 +5,7 @@ dilation, groups, the epilogue) is checked against the reference here; on CUDA t
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 os.environ["TRITON_INTERPRET"] = "1"
 
@@ -147,17 +148,29 @@ def test_the_convolution_flag_is_left_alone_off_cuda():
 
 def test_permuted_weights_are_copied_once_per_version():
     """Weights stored permuted for the generated kernel (`packing.py`) are copied into the layout torch's
-    convolution reads once, then reused, and copied again after they change in place."""
+    convolution reads once, then reused; copied again after they change in place, or when a new tensor takes
+    their place (even one the allocator put at the same address)."""
     source, _, _ = conv_source(1, 4, 8, 8, 8, 3, 1, 1, 1, 1, "batch_norm_relu")
     fn = tilegraph.compile(parse(source), target="triton")
     (call,) = conv_calls(fn).values()
-    w = torch.randn(8, 4, 3, 3).permute(2, 3, 0, 1).contiguous().permute(2, 3, 0, 1)  # as packed, read back
-    x = torch.randn(1, 4, 8, 8)
-    first = call.weights(torch, w, x)
-    assert first.is_contiguous() and torch.equal(first, w) and call.weights(torch, w, x) is first
-    w.mul_(2)
-    again = call.weights(torch, w, x)
-    assert again is not first and torch.equal(again, w)
-    nhwc = call.weights(torch, w, x.to(memory_format=torch.channels_last))
-    assert nhwc.is_contiguous(memory_format=torch.channels_last) and torch.equal(nhwc, w)
-    assert call.weights(torch, nhwc, x.to(memory_format=torch.channels_last)) is nhwc, "already as read: no copy"
+    packed = (2, 3, 0, 1)  # as `packing.py` stores a tensor-core convolution's weight: [kh, kw, f, c]
+    call = replace(call, w=library.Operand(call.w.position, library.inverse(packed)), _weights={})
+
+    def args_with(stored):
+        args = [None] * (call.w.position + 1)
+        args[call.w.position] = stored
+        return args
+
+    stored = torch.randn(8, 4, 3, 3).permute(*packed).contiguous()
+    args, x = args_with(stored), torch.randn(1, 4, 8, 8)
+    first = call.weights(torch, args, x)
+    assert first.is_contiguous() and torch.equal(first, call.w.of(args)) and call.weights(torch, args, x) is first
+    stored.mul_(2)
+    again = call.weights(torch, args, x)
+    assert again is not first and torch.equal(again, call.w.of(args))
+    fresh = stored.clone()
+    fresh.mul_(3)  # the same version as the cached one's source, other values
+    replaced = args_with(fresh)
+    assert torch.equal(call.weights(torch, replaced, x), call.w.of(replaced)), "a new tensor: copied anew"
+    nhwc = x.to(memory_format=torch.channels_last)
+    assert call.weights(torch, args, nhwc).is_contiguous(memory_format=torch.channels_last)
