@@ -23,10 +23,10 @@ given as a fraction of the measured device-to-device copy bandwidth; matmul-like
 (torch.matmul). The tuner may hand a kernel that is one matmul (with an add and a short epilogue) to cuBLAS
 (`backends/triton/library.py`), or a kernel that starts with one convolution to cuDNN, its other ops generated
 (`library_conv.py`), where that is faster, as torch.compile's default mode does for every matmul and
-convolution; the note says how many kernels ran so. `--both-layouts`: a model with convolutions is also built with
-its activations in the other layout (NCHW, unless TILEGRAPH_CHANNELS_LAST=0 made that the first), checked
-against the first build and timed, in the note: one run compares the layouts against the same torch.compile. The matmul rows leave that out, so that they measure the
-generated kernel.
+convolution; the note says how many kernels ran so. The matmul rows leave that out, so that they measure the
+generated kernel. `--both-layouts`: a model with convolutions is also built with its activations in the other
+layout (NCHW, unless TILEGRAPH_CHANNELS_LAST=0 made that the first), checked against the first build and timed, in
+the note: one run compares the layouts against the same torch.compile.
 
 --quick: one size per single-kernel case (bf16 matmul only), the transformers models with 2 of their layers
 at full width (per-call ratios hold, compiles are shorter; the note says so), batch 1 only for the small
@@ -157,7 +157,7 @@ def tilegraph_fn(source, **options):
                              options=options or None)
 
 
-def other_layout(torch, fn, source, inputs, got, tg_ms: float, comp_ms: float | None, tolerance: float) -> str:
+def other_layout(fn, source, inputs, got, tg_ms: float, comp_ms: float | None, tolerance: float) -> str:
     """The model built with its activations in the other layout (`TritonOptions.channels_last`), tuned, checked
     against the first build's result `got` and timed as the row's tilegraph column is: for the note."""
     layout = not fn.options.channels_last
@@ -290,7 +290,7 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
     tg_ms = bench(replay) if replay is not None else launched_ms
     if model and BOTH_LAYOUTS and any(n.op == "conv2d" for n in fn.program.graph.nodes):
         release(torch)
-        note = f"{note}; {other_layout(torch, fn, source, inputs, got, tg_ms, comp_ms, (tolerance or 0) * scale)}"
+        note = f"{note}; {other_layout(fn, source, inputs, got, tg_ms, comp_ms, (tolerance or 0) * scale)}"
     return Row(case, shape, dtype, tg_ms, bench(lambda: eager(*inputs)), comp_ms, bytes_moved, flops,
                bench(cublas) if cublas else None, roof_name, error, note, tg_first, comp_first,
                launched_ms if replay is not None else None, ro_ms)

@@ -13,7 +13,8 @@ up; 3 pipeline stages for dot kernels whose blocks fit, else 2), f32 products in
 matmuls, as `dynamo_gpu.py` runs; such dots run on FMA units): how many distinct kernels, how
 many run `tl.dot` and on which tensor-core instructions (`wgmma`, Hopper's; `mma.sync`; none), how
 many stage loads with `cp.async` (what the software pipeliner overlaps with the math), how many loads move
-single elements, registers, spills and shared memory. No times: this is the static half of issue 20, the GPU tables are the other.
+single elements, registers, spills and shared memory. No times: this is the static half of issue 20, the GPU
+tables are the other.
 """
 from __future__ import annotations
 

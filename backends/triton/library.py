@@ -52,15 +52,14 @@ class Operand:
         return tensor if self.shape is None else tensor.view(self.shape)
 
 
-# what a library call applies to its result, into `out` (in place where out is x), one torch kernel each (each
-# rounds to the dtype, as eager)
+# what a library call applies to its product in place, one torch kernel each (each rounds to the dtype, as eager)
 UNARY = {
-    "relu": lambda torch, x, attrs, out: torch.clamp_min(x, 0, out=out),
-    "relu6": lambda torch, x, attrs, out: torch.clamp(x, 0, 6, out=out),
-    "silu": lambda torch, x, attrs, out: torch.ops.aten.silu.out(x, out=out),
-    "gelu": lambda torch, x, attrs, out: torch.ops.aten.gelu.out(x, approximate=attrs, out=out),
-    "tanh": lambda torch, x, attrs, out: torch.tanh(x, out=out),
-    "sigmoid": lambda torch, x, attrs, out: torch.sigmoid(x, out=out),
+    "relu": lambda torch, x, attrs: torch.clamp_min(x, 0, out=x),
+    "relu6": lambda torch, x, attrs: torch.clamp(x, 0, 6, out=x),
+    "silu": lambda torch, x, attrs: torch.ops.aten.silu.out(x, out=x),
+    "gelu": lambda torch, x, attrs: torch.ops.aten.gelu.out(x, approximate=attrs, out=x),
+    "tanh": lambda torch, x, attrs: torch.tanh(x, out=x),
+    "sigmoid": lambda torch, x, attrs: torch.sigmoid(x, out=x),
 }
 LABEL = "library (torch)"  # the candidate's name in the tuner's timings: cuBLAS or cuDNN through torch
 BINARY = ("add", "sub", "mul", "div")
@@ -79,15 +78,13 @@ class Step:
     second: bool = False
     shape: tuple[int, ...] | None = None
 
-    def apply(self, torch, x, args, out=None):
-        """x's op, written into `out` (default: x itself); returns `out`."""
-        out = x if out is None else out
+    def apply(self, torch, x, args) -> None:
+        """x's op, in place."""
         if self.other is None:
-            UNARY[self.op](torch, x, self.attrs, out)
-            return out
+            UNARY[self.op](torch, x, self.attrs)
+            return
         other = self.other.of(args)
-        getattr(torch, self.op)(*((other, x) if self.second else (x, other)), out=out)
-        return out
+        getattr(torch, self.op)(*((other, x) if self.second else (x, other)), out=x)
 
 
 class LibraryCall:

@@ -61,8 +61,9 @@ def state_of(compiled) -> TuningState:
 
 
 def variant_functions(compiled, position: int, source, chosen: list[variants.Variant]):
-    """Load the variants of kernel `position` (after the generated module's text, for its helpers):
+    """Load the variants of kernel `position` as a module of their own (with the helpers they call):
     [(variant, jit function, grid)]."""
+    from .module import kernel_module
     from .runtime import _interpreting, load_module
 
     kernel = compiled.program.kernels[position]
@@ -71,8 +72,7 @@ def variant_functions(compiled, position: int, source, chosen: list[variants.Var
     for n, variant in enumerate(chosen):
         emitted.append((variant, variants.emit_variant(kernel, variant, f"{source.function}_v{n}", _interpreting(),
                                                        compiled.generated.names, options, compiled.generated.layouts)))
-    text = compiled.source + "\n\n" + "\n\n".join(s.text for _, s in emitted)
-    module = load_module(text)
+    module = load_module(kernel_module("\n\n".join(s.text for _, s in emitted)))
     return [(variant, getattr(module, s.function), s.grid) for variant, s in emitted]
 
 
