@@ -126,12 +126,15 @@ class Launcher:
     def arguments(self, inputs: Sequence[Any]) -> tuple[list[Any], dict[int, Any]]:
         """Every slot's tensor for calls with these inputs, without running anything: the inputs, the parameters,
         and each value a step writes as a tensor of its type (its arena view, the same on every call, or a
-        stand-in for a graph output); and those arena views that kernels write, by slot."""
+        stand-in for a graph output); and those arena views that kernels write, by slot. An arena view has the
+        shape of its stored axes (`channels_last.plan`), as the module's steps bind it: a library call reads it
+        through torch, which follows shapes, where generated kernels read only its pointer."""
         import torch
 
         from .runtime import torch_dtype
 
         program, arena = self.program, self.program.generated.arena
+        layouts = program.generated.layouts
         env = self._env.copy()
         for index, tensor in zip(self._inputs, inputs):
             env[index] = tensor
@@ -141,7 +144,10 @@ class Launcher:
                 dtype = torch_dtype(value.type.dtype)
                 if value in arena.offsets:
                     offset = arena.offsets[value]
-                    env[index] = self.arena[offset:offset + value.type.nbytes].view(dtype).view(value.type.shape)
+                    shape = value.type.shape
+                    if value in layouts:
+                        shape = tuple(shape[axis] for axis in layouts[value])
+                    env[index] = self.arena[offset:offset + value.type.nbytes].view(dtype).view(shape)
                     if source is not None:
                         fixed[index] = env[index]
                 else:

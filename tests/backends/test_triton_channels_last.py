@@ -86,6 +86,33 @@ def test_a_resnet_channels_last_matches_with_and_without_conv_calls():
     assert_same(fn(*arrays), want, types)
 
 
+
+def interpreted(fn, grid, args, warps, stages):
+    """A `launch.compiled_runner` for the interpreter: each kernel through its jit function's own dispatch."""
+    return fn if isinstance(fn, library_conv.ConvCall) else lambda *tensors: fn[(grid,)](*tensors)
+
+
+def test_direct_launches_bind_channels_last_views_in_their_stored_shape():
+    """The direct launch path (`launch.DirectLaunch`, which CUDA calls take) binds each NHWC arena view in its
+    stored shape, as the module's steps do, so a convolution's library call reading one through torch sees its
+    channels where they are (it once saw [N, H, C, W]: torch refused the call, or the tuner dropped it)."""
+    graph = parse("def f(x: f32[2, 4, 9, 9], w1: f32[8, 4, 3, 3], w2: f32[8, 8, 3, 3], m: f32[8, 1, 1]) "
+                  "-> f32[2, 8, 5, 5] {\n  h = relu(conv2d(x, w1, stride=[2, 2], padding=[1, 1]) - m)\n"
+                  "  return relu(conv2d(h, w2, padding=[1, 1]) + h)\n}")
+    inputs = reference.random_inputs(graph)
+    fn = tilegraph.compile(graph, target="triton", options=ON)
+    assert with_conv_calls(fn) == 2
+    launcher = fn.launcher()
+    tensors = launcher.check([torch.from_numpy(a) for a in inputs])
+    launcher.bind_direct(tensors, interpreted)
+    assert launcher.direct, launcher.direct_error
+    env, _ = launcher.arguments(tensors)
+    stored = [env[launcher._slots[fn.generated.names[v]]].shape for v, order in fn.generated.layouts.items()
+              if v.kind is not ValueKind.PARAM]
+    assert stored and all(shape[1] == shape[2] != shape[3] for shape in stored), stored  # [N, H, W, C]
+    assert_same([t.numpy() for t in launcher.direct(tensors)], reference.run(graph, inputs),
+                [v.type for v in graph.outputs])
+
 @given(n=st.integers(1, 2), c=st.sampled_from([3, 4, 8]), hw=st.integers(5, 10), f=st.sampled_from([4, 8]),
        k=st.sampled_from([1, 3]), stride=st.integers(1, 2), grouped=st.booleans(), pool=st.booleans(),
        calls=st.booleans())
