@@ -147,20 +147,23 @@ def graphed(fn, inputs):
     return lambda: replay(*inputs)
 
 
-def tilegraph_fn(source, **options):
-    """The Triton build of a DSL source text, or of a Graph (a traced torch model); `options`: build options
-    beside torch's precision flags (`TritonOptions`)."""
+def tilegraph_fn(source, channels_last: bool | None = None):
+    """The Triton build of a DSL source text, or of a Graph (a traced torch model); `channels_last`: the layout
+    pass's option (None: the default pipeline's, $TILEGRAPH_CHANNELS_LAST)."""
     import tilegraph
+    from tilegraph.backends.base import get_backend
+    from tilegraph.driver import default_pipeline
     from tilegraph.frontends.dsl import parse
 
+    pipeline = default_pipeline(get_backend("triton").tile_target, channels_last)
     return tilegraph.compile(parse(source) if isinstance(source, str) else source, target="triton",
-                             options=options or None)
+                             pipeline=pipeline)
 
 
 def other_layout(fn, source, inputs, got, tg_ms: float, comp_ms: float | None, tolerance: float) -> str:
-    """The model built with its activations in the other layout (`TritonOptions.channels_last`), tuned, checked
-    against the first build's result `got` and timed as the row's tilegraph column is: for the note."""
-    layout = not fn.options.channels_last
+    """The model built with its activations in the other layout (the layout pass's `channels_last`), tuned,
+    checked against the first build's result `got` and timed as the row's tilegraph column is: for the note."""
+    layout = not fn.program.layouts
     name = "channels-last" if layout else "NCHW"
     try:
         other = tilegraph_fn(source, channels_last=layout)

@@ -36,7 +36,9 @@ def row(name: str, batch: int, dtype: str, channels_last: bool = True) -> str:
     from torch_models import WHOLE_MODELS
 
     import tilegraph
+    from tilegraph.backends.base import get_backend
     from tilegraph.backends.triton.autotune import canonical
+    from tilegraph.driver import default_pipeline
     from tilegraph.frontends.fx import from_module
 
     model = next(m for m in WHOLE_MODELS if m.name == name)
@@ -44,7 +46,8 @@ def row(name: str, batch: int, dtype: str, channels_last: bool = True) -> str:
     with torch.no_grad():
         graph = from_module(module, inputs)
     start = time.perf_counter()
-    fn = tilegraph.compile(graph, target="triton", tf32=dtype == "f32", options={"channels_last": channels_last})
+    pipeline = default_pipeline(get_backend("triton").tile_target, channels_last)
+    fn = tilegraph.compile(graph, target="triton", tf32=dtype == "f32", pipeline=pipeline)
     build = time.perf_counter() - start
     start = time.perf_counter()
     records = {r.function: r for r in fn.compile_ahead(90)}
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--nchw", action="store_true",
-                        help="build with NCHW activations (TritonOptions.channels_last off), for comparison")
+                        help="build with NCHW activations (no layout pass), for comparison")
     parser.add_argument("--out", default=str(RESULTS), help="where to write the table")
     args = parser.parse_args(argv)
     from torch_models import WHOLE_MODELS

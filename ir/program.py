@@ -94,14 +94,17 @@ class Kernel:
 class Program:
     """A Graph with its kernels in execution order and every decision the passes made about it.
 
-    `target` is what the kernels were tiled for (the tile pass), `memory_plan` and `placement`
-    come from the memplan and place passes; `properties` names what passes have established
-    ("canonical", "fused", "tiled", ...). All of these print to and parse from the `.tgir` text.
-    `notes` is report-only (fusion decisions, tiling statistics): nothing downstream reads it.
+    `layouts` gives the storage order (axes outermost first) of tensors between kernels that are not
+    stored row-major (the layout pass: channels-last activations); `target` is what the kernels were
+    tiled for (the tile pass), `memory_plan` and `placement` come from the memplan and place passes;
+    `properties` names what passes have established ("canonical", "fused", "tiled", ...). All of these
+    print to and parse from the `.tgir` text. `notes` is report-only (fusion decisions, tiling
+    statistics): nothing downstream reads it.
     """
 
     graph: Graph
     kernels: tuple[Kernel, ...]
+    layouts: tuple[tuple[Value, tuple[int, ...]], ...] = ()
     target: Target | None = None
     memory_plan: MemoryPlan | None = None
     placement: Placement | None = None
@@ -126,3 +129,23 @@ class Program:
 
     def kernel_of(self) -> dict[Node, Kernel]:
         return {node: kernel for kernel in self.kernels for node in kernel.nodes}
+
+    def storage_orders(self) -> dict[Value, tuple[int, ...]]:
+        """`layouts` as a mapping: value -> its axes in storage order (a value not in it: row-major)."""
+        return dict(self.layouts)
+
+    def layout_problem(self) -> str | None:
+        """What makes `layouts` invalid, or None: each names, once, a tensor a kernel writes for other
+        kernels (not a graph output, whose layout the caller fixes), with a permutation of its axes that is
+        not the identity."""
+        written = {v for kernel in self.kernels for v in kernel.outputs} - set(self.graph.outputs)
+        seen: set[Value] = set()
+        for value, order in self.layouts:
+            if value in seen:
+                return f"%{value.name} has two layouts"
+            seen.add(value)
+            if value not in written:
+                return f"%{value.name} is not a tensor between kernels (only those have a layout)"
+            if sorted(order) != list(range(value.type.rank)) or list(order) == sorted(order):
+                return f"%{value.name}: {list(order)} is no reordering of its {value.type.rank} axes"
+        return None

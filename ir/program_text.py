@@ -13,8 +13,9 @@
 Nodes are named by their first result. A section is printed only when it says something: a plain
 graph file (no sections) parses to `Program.unfused(graph)` with no properties.
 
-Every decision has a section: `kernels` (with `tiles` and `kind` clauses), `target`,
-`memory_plan`, `placement`, `properties`. A record section is `keyword { field = value ... }`
+Every decision has a section: `kernels` (with `tiles` and `kind` clauses), `layouts`
+(`layouts { %h = [0, 2, 3, 1] }`: a tensor's axes in storage order), `target`, `memory_plan`,
+`placement`, `properties`. A record section is `keyword { field = value ... }`
 (`print_record`/`read_record`). Extension point: a new decision adds its section with
 `register_section(AnnotationSection(...))`, and per-kernel facts with `register_kernel_clause(...)`.
 A section's parser reads tokens through `AnnotationReader` (identifiers, %names, numbers, strings,
@@ -491,6 +492,29 @@ def _parse_properties(reader: AnnotationReader, program: Program) -> Program:
     return replace(program, properties=frozenset(names))
 
 
+def _print_layouts(program: Program) -> str | None:
+    if not program.layouts:
+        return None
+    rows = "".join(f"  %{value.name} = {format_value(list(order))}\n" for value, order in program.layouts)
+    return f"layouts {{\n{rows}}}"
+
+
+def _parse_layouts(reader: AnnotationReader, program: Program) -> Program:
+    first = reader.expect("{")
+    layouts = []
+    while not reader.accept("}"):
+        value = reader.value_ref()
+        reader.expect("=")
+        reader.expect("[")
+        order = tuple(reader.separated(lambda: reader.integer()[0], "]"))
+        layouts.append((value, order))
+    laid = replace(program, layouts=tuple(layouts))
+    problem = laid.layout_problem()
+    if problem:
+        raise reader.error(first, f"layouts section: {problem}")
+    return laid
+
+
 def _print_kind(kernel: Kernel) -> str | None:
     return None if kernel.template is None else f"kind {kernel.kind}"
 
@@ -505,6 +529,7 @@ def _parse_kind(reader: AnnotationReader, kernel: Kernel) -> Kernel:
 
 
 register_section(AnnotationSection("kernels", _print_kernels, _parse_kernels, order=10, field="kernels"))
+register_section(AnnotationSection("layouts", _print_layouts, _parse_layouts, order=15, field="layouts"))
 # fields added to Target after the format was first written default when absent, so older files still load
 register_section(_record_section("target", "target", target_record, target_from_record, TARGET_FIELDS, order=20,
                                  optional=("matrix_block",)))

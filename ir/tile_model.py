@@ -23,12 +23,13 @@ Everything is vectorised over a batch of candidate tilings (rows of an int array
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from tilegraph.ir.domain import FULL, Access, KernelDomain
+from tilegraph.ir.graph import Value
 from tilegraph.ir.ops.layout import MOVES
 from tilegraph.ir.ops.registry import CONTRACTION, WINDOW
 from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineMap
@@ -46,11 +47,13 @@ class Costs:
     order: np.ndarray  # index into the loop orders tried
 
 
-def footprint(access: Access, tiles: np.ndarray, line_bytes: int = 1) -> np.ndarray:
+def footprint(access: Access, tiles: np.ndarray, line_bytes: int = 1,
+              order: Sequence[int] | None = None) -> np.ndarray:
     """Bytes of one tile of `access` for each row of `tiles` ([n, loops]).
 
     With `line_bytes` > 1 the tile is counted in whole lines: it is a set of contiguous runs (the
-    innermost axes it covers completely, times its span on the next axis), each rounded up.
+    innermost axes it covers completely, times its span on the next axis), each rounded up. `order`:
+    the tensor's axes in storage order (`Program.layouts`; default row-major).
     """
     shape = access.value.type.shape
     itemsize = access.value.type.dtype.itemsize
@@ -58,7 +61,8 @@ def footprint(access: Access, tiles: np.ndarray, line_bytes: int = 1) -> np.ndar
     run = np.full(rows, float(itemsize))
     runs = np.ones(rows)
     contiguous = np.ones(rows, dtype=bool)
-    for expr, size in reversed(list(zip(access.map.exprs, shape))):
+    axes = range(len(shape)) if order is None else order
+    for expr, size in reversed([(access.map.exprs[a], shape[a]) for a in axes]):
         span = np.ones(rows)
         for loop, coeff in expr.terms:
             span += abs(coeff) * (tiles[:, loop] - 1)
@@ -94,9 +98,11 @@ def moves(access: Access, trips: np.ndarray, order: Sequence[int]) -> np.ndarray
 
 
 def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray,
-             counted: frozenset[str] | None = None) -> Costs:
+             counted: frozenset[str] | None = None, orders: Mapping[Value, Sequence[int]] | None = None) -> Costs:
     """Working set, traffic (best loop order) and parallelism of every candidate tiling; with
-    `counted`, the traffic of those tensors only (the working set still holds every tile)."""
+    `counted`, the traffic of those tensors only (the working set still holds every tile). `orders`:
+    tensors stored in another order than row-major (`Program.layouts`)."""
+    orders = orders or {}
     extents = np.array([loop.extent for loop in domain.loops], dtype=np.float64)
     trips = np.ceil(extents[None, :] / tiles) if len(extents) else np.ones((tiles.shape[0], 0))
     working = np.zeros(tiles.shape[0])
@@ -115,7 +121,7 @@ def evaluate(domain: KernelDomain, target: Target, tiles: np.ndarray,
         elif access.role == "internal":
             working += footprint(access, tiles)
         else:
-            size = footprint(access, tiles, target.line_bytes)
+            size = footprint(access, tiles, target.line_bytes, orders.get(access.value))
             # on a GPU only the tiles a reduction step streams are staged; one loaded or stored once per
             # tile (a dot's result, an epilogue's operand, attention's queries) is held once
             copies = 1 if target.holds_elements and reductions and not access.loops & reductions else target.buffers

@@ -26,7 +26,7 @@ def run_pipeline(program, pipeline, ctx=None, **manager_options):
 
 # The pass modules register themselves on import; they come last so that they can import the names
 # above. Modules not written yet are skipped (a missing pass is then an "unknown pass" error).
-for _module in ("canonicalize", "fusion", "tiling", "memplan", "place"):
+for _module in ("canonicalize", "fusion", "layout", "tiling", "memplan", "place"):
     if find_spec(f"{__name__}.{_module}") is not None:
         import_module(f"{__name__}.{_module}")
 del _module

@@ -59,6 +59,7 @@ def _untiled(program: Program) -> Program:
 
 
 DECISIONS: dict[str, Callable[[Program], Program]] = {
+    "laid_out": lambda p: replace(p, layouts=()),
     "tiled": _untiled,
     "memplanned": lambda p: replace(p, memory_plan=None),
     "placed": lambda p: replace(p, placement=None),
@@ -142,6 +143,9 @@ def _kernel_problems(program: Program) -> list[str]:
     for node in program.graph.nodes:
         if node not in owner:
             problems.append(f"%{node.name} ({node.op}) is in no kernel")
+    layout = program.layout_problem()
+    if layout:
+        problems.append(f"layouts: {layout}")
     return problems
 
 

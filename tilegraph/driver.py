@@ -9,18 +9,28 @@ from tilegraph.ir.program import Program
 DEFAULT_TARGET = "accel-small"
 
 
-def default_pipeline(target: str = DEFAULT_TARGET) -> str:
+CHANNELS_LAST = "TILEGRAPH_CHANNELS_LAST"  # "0": a GPU pipeline stores every tensor row-major (NCHW)
+
+
+def default_pipeline(target: str = DEFAULT_TARGET, channels_last: bool | None = None) -> str:
     """The pipeline `tilegraph compile` runs when none is given: canonicalize, fuse, tile. On a CPU target
     attention runs as generic kernels, its scores materialised (`FuseOptions.attention`): the C++ backend's
-    FlashAttention kernel is slower there (`python benchmarks/cpu_attention.py`)."""
+    FlashAttention kernel is slower there (`python benchmarks/cpu_attention.py`). On a GPU target the layout
+    pass stores convolutions' activations channels-last before tiling (`passes/layout.py`), unless
+    `channels_last` is False (None: on unless $TILEGRAPH_CHANNELS_LAST is 0)."""
+    import os
+
     from tilegraph.ir.target import TargetError, load_target
 
     try:
-        on_cpu = load_target(target).kind == "cpu"
+        kind = load_target(target).kind
     except TargetError:  # the tile pass says what is wrong with it
-        on_cpu = False
-    fuse = "fuse{attention=false}" if on_cpu else "fuse"
-    return f"canonicalize,{fuse},tile{{target={target}}}"
+        kind = None
+    if channels_last is None:
+        channels_last = os.environ.get(CHANNELS_LAST, "1").strip().lower() not in ("0", "off", "false", "no")
+    fuse = "fuse{attention=false}" if kind == "cpu" else "fuse"
+    layout = ",layout" if kind == "gpu" and channels_last else ""
+    return f"canonicalize,{fuse}{layout},tile{{target={target}}}"
 
 
 def memory_limited_pipeline(pipeline: str | None, target: str, limit: str | int) -> str:

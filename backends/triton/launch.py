@@ -127,7 +127,7 @@ class Launcher:
         """Every slot's tensor for calls with these inputs, without running anything: the inputs, the parameters,
         and each value a step writes as a tensor of its type (its arena view, the same on every call, or a
         stand-in for a graph output); and those arena views that kernels write, by slot. An arena view has the
-        shape of its stored axes (`channels_last.plan`), as the module's steps bind it: a library call reads it
+        shape of its stored axes (`Program.layouts`), as the module's steps bind it: a library call reads it
         through torch, which follows shapes, where generated kernels read only its pointer."""
         import torch
 

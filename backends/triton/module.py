@@ -32,11 +32,10 @@ from tilegraph.ir.ops.layout import concat_windows
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.types import DType
 
-from . import channels_last
 from .autotune import canonical
 from .kernel import KernelSource, emit_kernel
 from .options import TritonOptions
-from .packing import plan_layouts
+from .packing import conv_weights, plan_layouts
 from .names import identifier, kernel_functions, mangle, tensor_names
 from .scalar import HELPERS
 
@@ -66,7 +65,7 @@ class GeneratedModule:
     arena: Arena
     steps: list[tuple[tuple[Value, ...], tuple[Value, ...]]]  # per step: tensors it reads, it returns
     # tensors stored with their axes in this order: parameters the launcher binds so (`packing.py`), activations
-    # the steps bind so (`channels_last.py`)
+    # the steps bind so (`Program.layouts`)
     layouts: dict[Value, tuple[int, ...]] = field(default_factory=dict)
 
 
@@ -76,13 +75,13 @@ def _shape(value: Value) -> str:
 
 
 def _bind(value: Value, name: str, arena: Arena, order: tuple[int, ...] | None = None) -> str:
-    """The line that gives a kernel output its storage: a view into the arena (its axes in `order`, the storage
-    order `channels_last.plan` picked), or its own tensor."""
+    """The line that gives a kernel output its storage: a view into the arena, or its own tensor, with its axes
+    in `order` (the Program's layout) as its shape."""
     dtype = TORCH_DTYPE[value.type.dtype]
+    shape = _shape(value) if order is None else str(tuple(value.type.shape[a] for a in order))
     if value in arena.offsets:
-        shape = _shape(value) if order is None else str(tuple(value.type.shape[a] for a in order))
         return f"    {name} = _view(arena, {arena.offsets[value]}, {value.type.nbytes}, {shape}, {dtype})"
-    return f"    {name} = torch.empty({_shape(value)}, dtype={dtype}, device=dev)"
+    return f"    {name} = torch.empty({shape}, dtype={dtype}, device=dev)"
 
 
 def _layout_expr(kernel: Kernel, names: dict[Value, str]) -> str:
@@ -153,8 +152,9 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     functions = kernel_functions(program)
     arena = plan_arena(program, program.kernels, views=True)
     layouts = plan_layouts(program, options)
-    if options.channels_last:
-        layouts.update(channels_last.plan(program, arena))
+    activations = program.storage_orders()  # the layout pass's (channels-last activations)
+    layouts.update(activations)
+    layouts.update(conv_weights(program, activations))
     kernels: list[str] = []
     steps: list[str] = []
     step_names: list[str] = []

@@ -11,7 +11,8 @@ f32 dot's B: K, then N). A parameter that two reads want in different orders, th
 (torch) reads, or that no dot reads as a 2-D block keeps its own layout. The launcher binds the permuted copy
 once (`permuted`); every address the kernels compute for the parameter uses the permuted strides
 (`KernelEmitter.offsets`). Like the C++ backend's weight packs, this is how the backend lays out data it
-owns, not a decision of the Program's.
+owns, not a decision of the Program's; activations are stored as the Program's `layouts` say, and a
+convolution's weight follows its input there (`conv_weights`).
 """
 from __future__ import annotations
 
@@ -77,6 +78,25 @@ def plan_layouts(program: Program, options: TritonOptions) -> dict[Value, tuple[
     return chosen
 
 
+def conv_weights(program: Program, activations: dict[Value, tuple[int, ...]]) -> dict[Value, tuple[int, ...]]:
+    """Weights stored like the input of the one convolution reading them, where that input is stored
+    channels-last (`Program.layouts`): [F, kh, kw, C], K-major for the generated kernel, and what cuDNN wants
+    beside an NHWC input. A 1 x 1 or depthwise filter's elements do not move."""
+    readers: dict[Value, int] = {}
+    for kernel in program.kernels:
+        for value in kernel.inputs:
+            readers[value] = readers.get(value, 0) + 1
+    chosen = {}
+    for kernel in program.kernels:
+        conv = kernel.nodes[0]
+        if conv.op != "conv2d" or conv.inputs[0] not in activations:
+            continue
+        weight, order = conv.inputs[1], activations[conv.inputs[0]]
+        if weight.kind is ValueKind.PARAM and readers[weight] == 1 and moves(weight, order):
+            chosen[weight] = order
+    return chosen
+
+
 def moves(value: Value, order: tuple[int, ...]) -> bool:
     """Whether storing `value` with its axes in `order` moves any element (axes of one element do not)."""
     shape = value.type.shape
@@ -88,4 +108,4 @@ def permuted(tensor, order: tuple[int, ...]):
     return tensor.permute(*order).contiguous()
 
 
-__all__ = ["plan_layouts", "permuted", "moves"]
+__all__ = ["plan_layouts", "conv_weights", "permuted", "moves"]

@@ -178,7 +178,8 @@ class TritonProgram(CompiledProgram):
     def backend_report(self) -> str:
         arena = self.generated.arena
         stored = [self.generated.names[v] for v in self.generated.layouts if v.kind is not ValueKind.PARAM]
-        lines = [f"  {self.options.describe()}" + (f" ({', '.join(stored)})" if stored else ""),
+        lines = [f"  {self.options.describe()}" + (f", channels-last activations ({', '.join(stored)})" if stored
+                                                  else ""),
                  f"  arena {arena.size} B for {len(arena.offsets)} intermediates (offsets from {arena.source})"]
         for position, (kernel, source) in enumerate(zip(self.program.kernels, self.generated.kernels)):
             if source is None:

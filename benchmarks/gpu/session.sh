@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
 # One prepared GPU session (issues 19 and 20): set up, GPU tests, then the benchmarks, each under its
 # own time limit, so that a lent device's few minutes give every table that fits.
-#   bash benchmarks/gpu/session.sh [all|dynamo|triton|channels-last] [dynamo-budget-s] [triton-budget-s]
+#   bash benchmarks/gpu/session.sh [all|dynamo|triton|convs] [dynamo-budget-s] [triton-budget-s]
 # Run on the device machine from the repository root; .whl/ holds the wheels the image lacks
 # (lark, ortools and its pins; see the device tool's README). Results and logs go to $OUT.
-# A session has 15 device minutes and 10 a call, the machine's start included: call `triton 0 300`
-# first (GPU tests of the Triton backend, direct launches and packed weights included; launch times;
-# then the quick whole-model table: about 8 minutes with the start), commit its tables, then
-# `dynamo 120` if time is left. (On 2026-11-27 `triton 0 150` ran the bf16 rows at batch 32 in 260 s;
-# the model rows now also time a CUDA-graph replay and torch.compile's reduce-overhead mode.) With time
-# left, `channels-last 0 150`: the convolutional rows, each model built with channels-last activations (the
-# default since 2026-11-27, on sm_90 evidence only) and again NCHW (`--both-layouts`) against the same
-# torch.compile: flip the default back (`TritonOptions.channels_last`) if NCHW wins; then compare the tuner's
-# timers on the rows where library calls compete:
-#   TILEGRAPH_TUNE_TIMER=graph python3 benchmarks/triton_gpu.py --quick --only resnet50,bert_base \
-#     --budget 60 --out $OUT/timer_graph.md
+# A session has 15 device minutes and 10 a call, the machine's start included. On 2026-11-27 one H100 call ran
+# the Triton GPU tests (50 s) and `triton_gpu.py --quick --both-layouts --budget 270` (the single kernels and
+# the six bf16 model rows, 300 s), a second call on the warm machine the model rows again with f32 and
+# MobileNetV2 (`--only <models> --dtype f32,bf16 --budget 300`, 330 s): 12 of the 15 minutes. Next, `convs 0 240`
+# first: the GPU tests, then the convolutional rows, channels-last against NCHW: the layout pass now tiles
+# MobileNetV2's depthwise convolutions for NHWC, and cuDNN calls over NHWC activations (fixed after that run)
+# compete in the tuner; then `triton 0 300` for the rest, and the batch-1 rows, which have never run:
+#   python3 benchmarks/triton_gpu.py --quick --only resnet18_basic_block,llama_decoder_block,mobilenetv2 \
+#     --budget 200 --out $OUT/batch1.md   (the quick plan runs batch 32 first; batch 1 follows within budget)
 set -uo pipefail
 WHAT=${1:-all}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -56,9 +54,9 @@ if [ "$WHAT" = all ] || [ "$WHAT" = triton ]; then
   cp benchmarks/results/triton_gpu.md "$OUT/" 2>/dev/null; grep -E "^\||geometric" "$OUT/triton_gpu.log" | tail -30
   stamp "triton_gpu.py"
 fi
-if [ "$WHAT" = channels-last ]; then
-  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py -k channels_last 2>&1 | tee "$OUT/test_channels_last_gpu.log" | tail -8
-  stamp "channels-last GPU tests"
+if [ "$WHAT" = convs ]; then
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -8
+  stamp "triton GPU tests"
   timeout $((TRITON_BUDGET + 120)) python3 benchmarks/triton_gpu.py --quick --both-layouts \
     --only resnet18_basic_block,resnet50,mobilenetv2 --budget "$TRITON_BUDGET" --out "$OUT/triton_gpu_layouts.md" \
     >"$OUT/triton_gpu_layouts.log" 2>&1

@@ -79,7 +79,7 @@ def scratchpad_capacity(program: Program, options: MemplanOptions) -> int:
 
 
 @register_pass("memplan", MemplanOptions, requires=(), ensures={"memplanned"},
-               preserves={"canonical", "decomposed", "fused", "tiled", "placed"})
+               preserves={"canonical", "decomposed", "fused", "laid_out", "tiled", "placed"})
 def memplan_pass(program: Program, options: MemplanOptions, ctx: PassContext) -> Program:
     """Order kernels, place tensors in the scratchpad and decide spills/reloads (heuristic, then CP-SAT)."""
     plan = plan_program(program, options)

@@ -87,7 +87,7 @@ def place_program(program: Program, system: System | str, time_limit: float = 30
 
 
 @register_pass("place", PlaceOptions, requires=(), ensures={"placed"},
-               preserves={"canonical", "decomposed", "fused", "tiled", "memplanned"})
+               preserves={"canonical", "decomposed", "fused", "laid_out", "tiled", "memplanned"})
 def place(program: Program, options: PlaceOptions, ctx: PassContext) -> Program:
     """Assign every kernel a device and a start time (CP-SAT warm-started from HEFT and others)."""
     if options.system:

@@ -27,6 +27,7 @@ traffic: the traffic model alone gave ViT's 197-token attention 16 query rows a 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,7 @@ from tilegraph.ir.ops.registry import WINDOW
 from tilegraph.ir.target import Target
 
 from tilegraph.ir.domain import FULL, KernelDomain
+from tilegraph.ir.graph import Value
 from tilegraph.ir.tile_model import (accumulators_fit, candidates, contractions, evaluate, feeds_matrix_unit,
                                      loop_orders, matrix_groups, ragged, thin)
 
@@ -56,28 +58,29 @@ def full_order(domain: KernelDomain, order: list[int]) -> tuple[int, ...]:
 
 
 def search(domain: KernelDomain, target: Target, max_candidates: int = 200_000,
-           budget: int | None = None) -> Tiling | None:
-    """The best fitting tiling, or None when not even the smallest tiles fit."""
+           budget: int | None = None, orders: Mapping[Value, Sequence[int]] | None = None) -> Tiling | None:
+    """The best fitting tiling, or None when not even the smallest tiles fit. `orders`: tensors stored in
+    another order than row-major (`Program.layouts`)."""
     budget = target.onchip_bytes if budget is None else budget
     loops = domain.loops
     if not loops:
-        costs = evaluate(domain, target, np.ones((1, 0)))
+        costs = evaluate(domain, target, np.ones((1, 0)), orders=orders)
         if costs.working_set[0] > budget:
             return None
         return Tiling((), (), int(costs.working_set[0]), int(costs.traffic[0]), 1)
     cands = thin([candidates(loop.extent, loop.kind) for loop in loops], max_candidates)
     grid = np.stack(np.meshgrid(*[np.array(c, dtype=np.float64) for c in cands], indexing="ij"), -1)
     grid = grid.reshape(-1, len(loops))
-    costs = evaluate(domain, target, grid)
+    costs = evaluate(domain, target, grid, orders=orders)
     fitting = (costs.working_set <= budget) & accumulators_fit(domain, target, grid)
     if not fitting.any():
         return None
     feeds_unit = fitting & feeds_matrix_unit(domain, target, grid)
-    straight_k = feeds_unit & straight_operands(domain, target, grid, rows_too=False)
+    straight_k = feeds_unit & straight_operands(domain, target, grid, rows_too=False, orders=orders)
     fits = np.flatnonzero(straight_k if straight_k.any() else feeds_unit if feeds_unit.any() else fitting)
     units = np.minimum(costs.parallel[fits], target.parallel_units)
     count = np.prod(np.ceil(np.array([loop.extent for loop in loops], dtype=np.float64) / grid[fits]), axis=1)
-    gathered = ~straight_operands(domain, target, grid[fits])
+    gathered = ~straight_operands(domain, target, grid[fits], orders=orders)
     if target.kind == "gpu":  # idle multiprocessors cost more than traffic that the L2 mostly serves
         narrow = ~feeds_matrix_unit(domain, target, grid[fits], target.matrix_block)
         has_dot = any(contractions(domain))
@@ -114,7 +117,8 @@ def _busy_for_every_unit(domain: KernelDomain, target: Target) -> bool:
     return sum(node.flops() for node in domain.nodes) * target.parallel_units / target.peak_flops >= BUSY_SECONDS
 
 
-def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, rows_too: bool = True) -> np.ndarray:
+def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, rows_too: bool = True,
+                      orders: Mapping[Value, Sequence[int]] | None = None) -> np.ndarray:
     """Per candidate tiling: on a target with a matrix unit, every contraction's M, N and K groups (with
     `rows_too` False, its K group only) have at most one loop tiled wider than 1, and its result's
     innermost (contiguous) loop is tiled wider than 1;
@@ -131,8 +135,7 @@ def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, ro
         dots.add(i)
         for loops in map(sorted, (m, n, k) if rows_too else (k,)):
             ok &= np.count_nonzero(grid[:, loops] > 1, axis=1) <= 1
-        innermost = domain.compose(i, domain.spaces[i].outputs[0].exprs[-1])
-        for loop, _ in innermost.terms:
+        for loop, _ in _stored_innermost(domain, i, orders or {}).terms:
             if domain.loops[loop].extent > 1:
                 ok &= grid[:, loop] > 1
     for i, node in enumerate(domain.nodes):  # a depthwise convolution or a pooling walks its window
@@ -141,10 +144,21 @@ def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, ro
     return ok
 
 
-def cost_of(domain: KernelDomain, target: Target, tiles: dict[str, int]) -> Tiling:
+def _stored_innermost(domain: KernelDomain, i: int, orders: Mapping[Value, Sequence[int]]):
+    """The expression over kernel loops of node i's result's contiguous axis; a kernel whose outputs are stored
+    in another order (channels-last) stores its contraction's result through them: their contiguous axis."""
+    stored = [a for a in domain.accesses if a.role == "output" and a.value in orders
+              and a.value.type.shape == domain.nodes[i].result.type.shape]
+    if stored:
+        return stored[0].map.exprs[orders[stored[0].value][-1]]
+    return domain.compose(i, domain.spaces[i].outputs[0].exprs[-1])
+
+
+def cost_of(domain: KernelDomain, target: Target, tiles: dict[str, int],
+            orders: Mapping[Value, Sequence[int]] | None = None) -> Tiling:
     """The costs of given tile sizes (loops not named are whole)."""
     row = np.array([[tiles.get(loop.name, loop.extent) for loop in domain.loops]], dtype=np.float64)
-    costs = evaluate(domain, target, row.reshape(1, len(domain.loops)))
+    costs = evaluate(domain, target, row.reshape(1, len(domain.loops)), orders=orders)
     order = loop_orders(domain)[costs.order[0]] if domain.loops else []
     return Tiling(tuple(int(t) for t in row[0]), full_order(domain, order), int(costs.working_set[0]),
                   int(costs.traffic[0]), int(costs.parallel[0]))

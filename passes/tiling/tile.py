@@ -12,10 +12,11 @@ whose working set is one chunk and whose traffic is their input and output.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tilegraph.ir.errors import TilegraphError
-from tilegraph.ir.graph import Node
+from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.templates import GENERIC
 from tilegraph.ir.target import Target, load_target
@@ -106,9 +107,10 @@ def split_stages(domain: KernelDomain) -> list[tuple[Node, ...]]:
     return [tuple(n for n, s in zip(domain.nodes, stage) if s == k) for k in sorted(set(stage))]
 
 
-def structure(kernel: Kernel) -> str:
-    """The kernel as text with its values numbered in order of use instead of named: kernels equal
-    up to names (a repeated layer) have one structure, loop nest and best tiling."""
+def structure(kernel: Kernel, orders: Mapping[Value, tuple[int, ...]] | None = None) -> str:
+    """The kernel as text with its values numbered in order of use instead of named, and the storage
+    orders of those in `orders`: kernels equal up to names (a repeated layer) have one structure, loop nest
+    and best tiling."""
     number: dict = {}
 
     def name(value) -> str:
@@ -121,6 +123,7 @@ def structure(kernel: Kernel) -> str:
                      f"({', '.join(name(v) for v in node.inputs)}) {{{attrs}}} : "
                      f"{', '.join(str(v.type) for v in node.results)}")
     lines.append(f"out {', '.join(name(v) for v in kernel.outputs)}; kind {kernel.kind}")
+    lines += [f"stored {name(v)} {list(order)}" for v, order in (orders or {}).items()]
     return "\n".join(lines)
 
 
@@ -151,15 +154,18 @@ class TileMemo:
 
 
 def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptions(),
-                memo: TileMemo | None = None) -> list[tuple[Kernel, TileReport]]:
+                memo: TileMemo | None = None, orders: Mapping[Value, tuple[int, ...]] | None = None
+                ) -> list[tuple[Kernel, TileReport]]:
     """The tiled kernel, or the kernels it was split into, with a report for each.
 
     A generic kernel keeping whole rows (full loops) is split at its reduction boundaries when
     no tiling fits, or when the pieces together move fewer bytes than the best fitting tiling.
-    `memo`: what the calls of one pass share (`TileMemo`).
+    `memo`: what the calls of one pass share (`TileMemo`); `orders`: the Program's storage orders
+    (`Program.layouts`), which the tile model counts contiguous runs in.
     """
     memo = TileMemo() if memo is None else memo
-    key = structure(kernel)
+    orders = {v: orders[v] for v in (*kernel.inputs, *kernel.outputs) if v in orders} if orders else {}
+    key = structure(kernel, orders)
     domain = memo.domain(kernel, key)
     budget = target.onchip_bytes
     if not domain.structured:
@@ -171,7 +177,7 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
         report = TileReport(kernel.name, kernel.kind, (), working, budget, moved, moved, "compulsory", 1, 1.0, note)
         return [(kernel, report)]
     if key not in memo.tilings:
-        memo.tilings[key] = search(domain, target, options.max_candidates)
+        memo.tilings[key] = search(domain, target, options.max_candidates, orders=orders)
     found = memo.tilings[key]
     stages = split_stages(domain) if kernel.template is None and domain.loops_of_kind(FULL) else []
     if len(stages) >= 2:
@@ -179,7 +185,7 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
         pieces = [stages[0], tuple(n for n in kernel.nodes if n not in set(stages[0]))]
         split = []
         for s, nodes in enumerate(pieces):
-            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options, memo)
+            split += tile_kernel(Kernel(f"{kernel.name}_{s}", nodes), target, options, memo, orders)
         moved = sum(r.traffic for _, r in split)
         if found is None or moved < found.traffic:
             why = ("its smallest tile does not fit" if found is None else
@@ -187,7 +193,7 @@ def tile_kernel(kernel: Kernel, target: Target, options: TileOptions = TileOptio
             return [(k, replace(r, note=f"split from {kernel.name}: {why}" + (f"; {r.note}" if r.note else "")))
                     for k, r in split]
     if found is None:
-        smallest = cost_of(domain, target, {loop.name: 1 for loop in domain.loops if loop.kind != FULL})
+        smallest = cost_of(domain, target, {loop.name: 1 for loop in domain.loops if loop.kind != FULL}, orders)
         whole = [loop.name for loop in domain.loops if loop.kind == FULL]
         raise TilingError(f"kernel {kernel.name} ({', '.join(n.op for n in kernel.nodes)}) needs "
                           f"{smallest.working_set} bytes even with the smallest tiles "
@@ -210,16 +216,16 @@ def _figures(kernel: Kernel, domain: KernelDomain, target: Target, found: Tiling
 
 def tile_program(program: Program, target: Target, options: TileOptions = TileOptions()) -> tuple[list[Kernel], list[TileReport]]:
     kernels, reports = [], []
-    memo = TileMemo()
+    memo, orders = TileMemo(), program.storage_orders()
     for kernel in program.kernels:
-        for tiled, report in tile_kernel(kernel, target, options, memo):
+        for tiled, report in tile_kernel(kernel, target, options, memo, orders):
             kernels.append(tiled)
             reports.append(report)
     return kernels, reports
 
 
 @register_pass("tile", TileOptions, requires={"fused"}, ensures={"tiled"},
-               preserves={"canonical", "decomposed", "fused"})
+               preserves={"canonical", "decomposed", "fused", "laid_out"})
 def tile(program: Program, options: TileOptions, ctx: PassContext) -> Program:
     """Pick tile sizes per kernel: the working set fits the target, traffic is minimal."""
     target = ctx.target if not options.target and isinstance(ctx.target, Target) else \

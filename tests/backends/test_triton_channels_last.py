@@ -1,5 +1,5 @@
-"""Channels-last activations (`channels_last.py`, `TritonOptions.channels_last`): which tensors are stored NHWC,
-and that every kernel, generated or a convolution's library call, computes the same results from them."""
+"""Channels-last activations in the Triton backend (the layout pass's `Program.layouts`): which tensors it stores
+NHWC, and that every kernel, generated or a convolution's library call, computes the same results from them."""
 from __future__ import annotations
 
 import os
@@ -15,14 +15,21 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
-from tilegraph.backends.triton import TritonOptions, channels_last, library_conv, tuner  # noqa: E402
+from tilegraph.backends.base import get_backend  # noqa: E402
+from tilegraph.backends.triton import TritonOptions, library_conv, tuner  # noqa: E402
+from tilegraph.driver import default_pipeline  # noqa: E402
 from tilegraph.frontends.dsl import parse_file, parse  # noqa: E402
 from tilegraph.ir import TilegraphError  # noqa: E402
 from tilegraph.ir.graph import ValueKind  # noqa: E402
+from tilegraph.passes.layout import NHWC  # noqa: E402
 
 from triton_cases import EXAMPLES, assert_same, check  # noqa: E402
 
-ON = {"channels_last": True}
+TARGET = get_backend("triton").tile_target
+
+
+def pipeline(channels_last: bool) -> str:
+    return default_pipeline(TARGET, channels_last=channels_last)
 
 
 def with_conv_calls(fn) -> int:
@@ -41,9 +48,9 @@ def test_lenet_stores_its_convolution_activations_channels_last():
     flattened features (read by a reshape) and the matmuls' operands keep their layout; so does a 5 x 5 weight
     whose convolution reads the image, while the second convolution's weight is stored [F, kh, kw, C]."""
     graph = parse_file(str(EXAMPLES / "lenet.tg"))
-    fn = check(graph, options=ON)
+    fn = check(graph, pipeline=pipeline(True))
     names = {fn.generated.names[v]: order for v, order in fn.generated.layouts.items()}
-    stored = {name for name, order in names.items() if order == channels_last.NHWC}
+    stored = {name for name, order in names.items() if order == NHWC}
     by_name = {fn.generated.names[v]: v for v in fn.generated.layouts}
     activations = {name for name in stored if by_name[name].kind is not ValueKind.PARAM}
     assert activations, names
@@ -57,8 +64,8 @@ def test_lenet_stores_its_convolution_activations_channels_last():
     assert f"channels-last activations ({', '.join(sorted(activations, key=list(names).index))})" in fn.report()
     default = tilegraph.compile(graph, target="triton")
     assert {default.generated.names[v] for v in default.generated.layouts} == set(names), "the default"
-    off = tilegraph.compile(graph, target="triton", options={"channels_last": False})
-    assert all(v.kind is ValueKind.PARAM for v in off.generated.layouts)
+    off = tilegraph.compile(graph, target="triton", pipeline=pipeline(False))
+    assert not off.program.layouts and all(v.kind is ValueKind.PARAM for v in off.generated.layouts)
 
 
 def test_a_resnet_channels_last_matches_with_and_without_conv_calls():
@@ -78,7 +85,7 @@ def test_a_resnet_channels_last_matches_with_and_without_conv_calls():
         graph = from_module(module, inputs)
     arrays = [t.numpy() for t in inputs]
     want = reference.run(graph, arrays)
-    fn = tilegraph.compile(graph, target="triton", options=ON)
+    fn = tilegraph.compile(graph, target="triton")
     assert sum(v.kind is not ValueKind.PARAM for v in fn.generated.layouts) >= 10
     types = [v.type for v in graph.outputs]
     assert_same(fn(*arrays), want, types)
@@ -100,7 +107,7 @@ def test_direct_launches_bind_channels_last_views_in_their_stored_shape():
                   "-> f32[2, 8, 5, 5] {\n  h = relu(conv2d(x, w1, stride=[2, 2], padding=[1, 1]) - m)\n"
                   "  return relu(conv2d(h, w2, padding=[1, 1]) + h)\n}")
     inputs = reference.random_inputs(graph)
-    fn = tilegraph.compile(graph, target="triton", options=ON)
+    fn = tilegraph.compile(graph, target="triton")
     assert with_conv_calls(fn) == 2
     launcher = fn.launcher()
     tensors = launcher.check([torch.from_numpy(a) for a in inputs])
@@ -132,23 +139,26 @@ def test_any_convolution_chain_runs_channels_last(n, c, hw, f, k, stride, groupe
               f"  return {tail}\n}}")
     graph = parse(source)
     inputs = reference.random_inputs(graph)
-    fn = tilegraph.compile(graph, target="triton", options=ON)
+    fn = tilegraph.compile(graph, target="triton")
     if calls:
         assert with_conv_calls(fn) >= 1
     assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])
 
 
-def test_the_option_resolves_and_is_reported(monkeypatch):
-    assert TritonOptions.resolve(options=ON).channels_last
-    assert TritonOptions.resolve(tf32=True, options=ON) == TritonOptions(True, True, True), "tf32 keeps the layout"
-    assert "channels-last activations" in TritonOptions(channels_last=True).describe()
-    assert TritonOptions.from_torch().channels_last and TritonOptions.from_torch("cpu").channels_last
+def test_the_layout_is_the_pipelines_and_is_reported(monkeypatch):
+    """Channels-last is the default GPU pipeline's layout pass, off with $TILEGRAPH_CHANNELS_LAST=0; as a build
+    option it is refused with a message saying where it went."""
+    graph = parse_file(str(EXAMPLES / "resnet_block.tg"))
+    fn = tilegraph.compile(graph, target="triton")
+    assert "laid_out" in fn.program.properties
+    assert "channels-last activations (h)" in fn.report()
     monkeypatch.setenv("TILEGRAPH_CHANNELS_LAST", "0")
-    assert not TritonOptions.resolve().channels_last and not TritonOptions.from_torch("cpu").channels_last
-    with pytest.raises(TilegraphError, match="channels_last"):
+    assert default_pipeline(TARGET) == pipeline(False) != pipeline(True)
+    assert not tilegraph.compile(graph, target="triton").program.layouts
+    with pytest.raises(TilegraphError, match="layout pass"):
+        TritonOptions.resolve(options={"channels_last": True})
+    with pytest.raises(TilegraphError, match="unknown Triton build option"):
         TritonOptions.resolve(options={"channel_last": True})
-    with pytest.raises(TilegraphError, match="True or False"):
-        TritonOptions.resolve(options={"channels_last": "yes"})
 
 
 def test_a_convolution_over_channels_last_loads_whole_vectors_on_sm90(tmp_path, monkeypatch):
@@ -159,7 +169,7 @@ def test_a_convolution_over_channels_last_loads_whole_vectors_on_sm90(tmp_path, 
     graph = parse_file(str(EXAMPLES / "resnet_block.tg"))
     narrow = {}
     for on in (False, True):
-        fn = tilegraph.compile(graph, target="triton", tf32=True, options={"channels_last": on})
+        fn = tilegraph.compile(graph, target="triton", tf32=True, pipeline=pipeline(on))
         records = {r.function: r for r in fn.compile_ahead(90)}
         first, second = (s for s in fn.generated.kernels if s is not None and s.uses_dot)
         narrow[on] = (records[first.function].narrow_loads, records[second.function].narrow_loads)

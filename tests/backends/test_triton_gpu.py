@@ -210,7 +210,7 @@ def test_channels_last_convolutions_on_the_gpu(tmp_path, monkeypatch, dtype, cal
                   "  return relu(conv2d(h, w2, padding=[1, 1]) + h)\n}")
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs)[0].astype(np.float32)
-    fn = tilegraph.compile(graph, target="triton", tf32=False, options={"channels_last": True})
+    fn = tilegraph.compile(graph, target="triton", tf32=False)  # (channels-last: the GPU pipeline's default)
     fn.autotune = False
     assert any(v.kind is not ValueKind.PARAM for v in fn.generated.layouts), "h is stored NHWC"
     if calls:

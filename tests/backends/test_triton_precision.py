@@ -90,8 +90,7 @@ def test_torchs_defaults_without_torch_flags_changed():
     defaults = TritonOptions()
     assert (defaults.matmul_tf32, defaults.conv_tf32) == (False, True)  # torch's own defaults
     assert defaults.precision("matmul") == "ieee" and defaults.precision("conv2d") == "tf32"
-    assert defaults.describe() == "f32 matmul ieee, f32 conv tf32, channels-last activations"
-    assert TritonOptions(channels_last=False).describe() == "f32 matmul ieee, f32 conv tf32, NCHW activations"
+    assert defaults.describe() == "f32 matmul ieee, f32 conv tf32"
 
 
 def test_resolve_takes_an_override_or_a_dict(flags):

@@ -53,10 +53,12 @@ def kernel_k0(x_ptr, conv1_weight_ptr, conv1_bias_ptr, v2_ptr):
 
 @triton.jit
 def kernel_k1(v2_ptr, p1_ptr):
-    # tile: d0=2 (parallel), d1=2 (parallel), d2=1 (parallel), d3=14 (parallel, block 16), d4=1 (reduction), d5=1 (reduction); v2_ptr stored as axes [0, 2, 3, 1]; p1_ptr stored as axes [0, 2, 3, 1]
+    # tile: d0=1 (parallel), d1=6 (parallel, block 8), d2=1 (parallel), d3=8 (parallel), d4=1 (reduction), d5=1 (reduction); v2_ptr stored as axes [0, 2, 3, 1]; p1_ptr stored as axes [0, 2, 3, 1]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
-    iv3 = 0 + tl.arange(0, 16)
+    base3 = (pid % 2) * 8
+    pid = pid // 2
+    iv3 = base3 + tl.arange(0, 8)
     ix3 = iv3[None, None, None, :, None, None]
     mv3 = (iv3 < 14)
     mk3 = mv3[None, None, None, :, None, None]
@@ -64,15 +66,15 @@ def kernel_k1(v2_ptr, p1_ptr):
     pid = pid // 14
     iv2 = base2 + tl.arange(0, 1)
     ix2 = iv2[None, None, :, None, None, None]
-    base1 = (pid % 3) * 2
-    pid = pid // 3
-    iv1 = base1 + tl.arange(0, 2)
+    iv1 = 0 + tl.arange(0, 8)
     ix1 = iv1[None, :, None, None, None, None]
-    base0 = (pid % 4) * 2
-    pid = pid // 4
-    iv0 = base0 + tl.arange(0, 2)
+    mv1 = (iv1 < 6)
+    mk1 = mv1[None, :, None, None, None, None]
+    base0 = (pid % 8) * 1
+    pid = pid // 8
+    iv0 = base0 + tl.arange(0, 1)
     ix0 = iv0[:, None, None, None, None, None]
-    p1_acc = tl.full((2, 2, 1, 16, 1, 1), float('-inf'), tl.float32)
+    p1_acc = tl.full((1, 8, 1, 8, 1, 1), float('-inf'), tl.float32)
     for rt in range(0, 4):
         rb4 = (rt // 2) * 1
         rb5 = (rt % 2) * 1
@@ -80,17 +82,17 @@ def kernel_k1(v2_ptr, p1_ptr):
         ix4 = iv4[None, None, None, None, :, None]
         iv5 = rb5 + tl.arange(0, 1)
         ix5 = iv5[None, None, None, None, None, :]
-        v2 = tl.load(v2_ptr + zr + (ix0) * 4704 + (ix1) + (2 * ix2 + ix4) * 168 + (2 * ix3 + ix5) * 6, mask=mk3, other=float('-inf'))
-        p1_part = tl.broadcast_to(v2, (2, 2, 1, 16, 1, 1))
+        v2 = tl.load(v2_ptr + zr + (ix0) * 4704 + (ix1) + (2 * ix2 + ix4) * 168 + (2 * ix3 + ix5) * 6, mask=mk1 & mk3, other=float('-inf'))
+        p1_part = tl.broadcast_to(v2, (1, 8, 1, 8, 1, 1))
         p1_part = tl.max(p1_part, axis=4, keep_dims=True)
         p1_part = tl.max(p1_part, axis=5, keep_dims=True)
         p1_acc = tl.maximum(p1_acc, p1_part)
     p1 = p1_acc
-    tl.store(p1_ptr + tl.broadcast_to(zr + (ix0) * 1176 + (ix1) + (ix2) * 84 + (ix3) * 6, (2, 2, 1, 16, 1, 1)), p1, mask=mk3)
+    tl.store(p1_ptr + tl.broadcast_to(zr + (ix0) * 1176 + (ix1) + (ix2) * 84 + (ix3) * 6, (1, 8, 1, 8, 1, 1)), p1, mask=mk1 & mk3)
 
 @triton.jit
 def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
-    # tile: d0=1 (parallel), d1=16 (parallel), d2=1 (parallel), d3=10 (parallel, block 16), d4=2 (reduction), d5=4 (reduction), d6=5 (reduction, block 8); p1_ptr stored as axes [0, 2, 3, 1]; v5_ptr stored as axes [0, 2, 3, 1]; conv2_weight_ptr stored as axes [0, 2, 3, 1]
+    # tile: d0=1 (parallel), d1=16 (parallel), d2=1 (parallel), d3=10 (parallel, block 16), d4=4 (reduction), d5=4 (reduction), d6=5 (reduction, block 8); p1_ptr stored as axes [0, 2, 3, 1]; v5_ptr stored as axes [0, 2, 3, 1]; conv2_weight_ptr stored as axes [0, 2, 3, 1]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1, 1), dtype=tl.int32)
     iv6 = 0 + tl.arange(0, 8)
@@ -114,21 +116,24 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
     conv2_bias = tl.load(conv2_bias_ptr + zr + (ix1))
     v4 = tl.broadcast_to(conv2_bias, (1, 16, 1, 1, 1, 1, 1))
     v3_acc = tl.zeros((16, 16), dtype=tl.float32)
-    for rb4 in range(0, 6, 2):
-        iv4 = rb4 + tl.arange(0, 2)
+    for rb4 in range(0, 6, 4):
+        iv4 = rb4 + tl.arange(0, 4)
         ix4 = iv4[None, None, None, None, :, None, None]
+        mv4 = (iv4 < 6)
+        mk4 = mv4[None, None, None, None, :, None, None]
         for rb5 in range(0, 5, 4):
             iv5 = rb5 + tl.arange(0, 4)
             ix5 = iv5[None, None, None, None, None, :, None]
             mv5 = (iv5 < 5)
             mk5 = mv5[None, None, None, None, None, :, None]
-            lane64_i4 = rb4 + tl.arange(0, 64) // 32
-            lane64_i5 = rb5 + tl.arange(0, 64) // 8 % 4
-            lane64_m5 = (lane64_i5 < 5)
-            lane64_i6 = 0 + tl.arange(0, 64) % 8
-            lane64_m6 = (lane64_i6 < 5)
-            p1_op = tl.load(p1_ptr + (iv0[:, None]) * 1176 + (lane64_i4[None, :]) + (iv2[:, None] + lane64_i5[None, :]) * 84 + (iv3[:, None] + lane64_i6[None, :]) * 6, mask=mv3[:, None] & lane64_m5[None, :] & lane64_m6[None, :], other=0.0)
-            conv2_weight_op = tl.load(conv2_weight_ptr + (iv1[None, :]) * 150 + (lane64_i4[:, None]) + (lane64_i5[:, None]) * 30 + (lane64_i6[:, None]) * 6, mask=lane64_m5[:, None] & lane64_m6[:, None], other=0.0)
+            lane128_i4 = rb4 + tl.arange(0, 128) // 32
+            lane128_m4 = (lane128_i4 < 6)
+            lane128_i5 = rb5 + tl.arange(0, 128) // 8 % 4
+            lane128_m5 = (lane128_i5 < 5)
+            lane128_i6 = 0 + tl.arange(0, 128) % 8
+            lane128_m6 = (lane128_i6 < 5)
+            p1_op = tl.load(p1_ptr + (iv0[:, None]) * 1176 + (lane128_i4[None, :]) + (iv2[:, None] + lane128_i5[None, :]) * 84 + (iv3[:, None] + lane128_i6[None, :]) * 6, mask=mv3[:, None] & lane128_m4[None, :] & lane128_m5[None, :] & lane128_m6[None, :], other=0.0)
+            conv2_weight_op = tl.load(conv2_weight_ptr + (iv1[None, :]) * 150 + (lane128_i4[:, None]) + (lane128_i5[:, None]) * 30 + (lane128_i6[:, None]) * 6, mask=lane128_m4[:, None] & lane128_m5[:, None] & lane128_m6[:, None], other=0.0)
             v3_acc = tl.dot(p1_op, conv2_weight_op, v3_acc, input_precision="tf32")
     v3 = v3_acc
     v3 = tl.permute(v3, (1, 0,))
@@ -139,26 +144,24 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
 
 @triton.jit
 def kernel_k3(v5_ptr, flat_ptr):
-    # tile: d0=2 (parallel), d1=2 (parallel), d2=1 (parallel), d3=5 (parallel, block 8), d4=1 (reduction), d5=1 (reduction); v5_ptr stored as axes [0, 2, 3, 1]
+    # tile: d0=1 (parallel), d1=16 (parallel), d2=1 (parallel), d3=1 (parallel), d4=1 (reduction), d5=1 (reduction); v5_ptr stored as axes [0, 2, 3, 1]
     pid = tl.program_id(0)
     zr = tl.zeros((1, 1, 1, 1, 1, 1), dtype=tl.int32)
-    iv3 = 0 + tl.arange(0, 8)
+    base3 = (pid % 5) * 1
+    pid = pid // 5
+    iv3 = base3 + tl.arange(0, 1)
     ix3 = iv3[None, None, None, :, None, None]
-    mv3 = (iv3 < 5)
-    mk3 = mv3[None, None, None, :, None, None]
     base2 = (pid % 5) * 1
     pid = pid // 5
     iv2 = base2 + tl.arange(0, 1)
     ix2 = iv2[None, None, :, None, None, None]
-    base1 = (pid % 8) * 2
-    pid = pid // 8
-    iv1 = base1 + tl.arange(0, 2)
+    iv1 = 0 + tl.arange(0, 16)
     ix1 = iv1[None, :, None, None, None, None]
-    base0 = (pid % 4) * 2
-    pid = pid // 4
-    iv0 = base0 + tl.arange(0, 2)
+    base0 = (pid % 8) * 1
+    pid = pid // 8
+    iv0 = base0 + tl.arange(0, 1)
     ix0 = iv0[:, None, None, None, None, None]
-    p2_acc = tl.full((2, 2, 1, 8, 1, 1), float('-inf'), tl.float32)
+    p2_acc = tl.full((1, 16, 1, 1, 1, 1), float('-inf'), tl.float32)
     for rt in range(0, 4):
         rb4 = (rt // 2) * 1
         rb5 = (rt % 2) * 1
@@ -166,14 +169,14 @@ def kernel_k3(v5_ptr, flat_ptr):
         ix4 = iv4[None, None, None, None, :, None]
         iv5 = rb5 + tl.arange(0, 1)
         ix5 = iv5[None, None, None, None, None, :]
-        v5 = tl.load(v5_ptr + zr + (ix0) * 1600 + (ix1) + (2 * ix2 + ix4) * 160 + (2 * ix3 + ix5) * 16, mask=mk3, other=float('-inf'))
-        p2_part = tl.broadcast_to(v5, (2, 2, 1, 8, 1, 1))
+        v5 = tl.load(v5_ptr + zr + (ix0) * 1600 + (ix1) + (2 * ix2 + ix4) * 160 + (2 * ix3 + ix5) * 16)
+        p2_part = tl.broadcast_to(v5, (1, 16, 1, 1, 1, 1))
         p2_part = tl.max(p2_part, axis=4, keep_dims=True)
         p2_part = tl.max(p2_part, axis=5, keep_dims=True)
         p2_acc = tl.maximum(p2_acc, p2_part)
     p2 = p2_acc
-    flat = tl.broadcast_to(p2, (2, 2, 1, 8, 1, 1))
-    tl.store(flat_ptr + tl.broadcast_to(zr + (ix0) * 400 + (25 * ix1 + 5 * ix2 + ix3), (2, 2, 1, 8, 1, 1)), flat, mask=mk3)
+    flat = tl.broadcast_to(p2, (1, 16, 1, 1, 1, 1))
+    tl.store(flat_ptr + tl.broadcast_to(zr + (ix0) * 400 + (25 * ix1 + 5 * ix2 + ix3), (1, 16, 1, 1, 1, 1)), flat)
 
 @triton.jit
 def kernel_k4(flat_ptr, fc1_weight_ptr, fc1_bias_ptr, f1_ptr):
@@ -290,7 +293,7 @@ def step_k0(dev, warps, stages, arena, x, conv1_weight, conv1_bias):
 def step_k1(dev, warps, stages, arena, v2):
     # kernel k1 (generic): max_pool2d
     p1 = _view(arena, 150528, 37632, (8, 14, 14, 6), torch.float32)
-    kernel_k1[(168,)](v2, p1, num_warps=warps, num_stages=stages)
+    kernel_k1[(224,)](v2, p1, num_warps=warps, num_stages=stages)
     return (p1,)
 
 
@@ -304,7 +307,7 @@ def step_k2(dev, warps, stages, arena, p1, conv2_weight, conv2_bias):
 def step_k3(dev, warps, stages, arena, v5):
     # kernel k3 (generic): max_pool2d, reshape
     flat = _view(arena, 51200, 12800, (8, 400), torch.float32)
-    kernel_k3[(160,)](v5, flat, num_warps=warps, num_stages=stages)
+    kernel_k3[(200,)](v5, flat, num_warps=warps, num_stages=stages)
     return (flat,)
 
 

@@ -1,7 +1,8 @@
 """Process-replay goldens: what the compiler generates for every example, kept in the repository.
 
 For every `examples/*.tg`, after the default pipeline each backend gets from `tilegraph.compile`
-(`canonicalize,fuse,tile{target=<the backend's tile target>}`, from the backend registry):
+(`driver.default_pipeline` of the backend's tile target, from the backend registry; on a GPU target it
+runs the layout pass):
 
     <example>.cpp            backends.cpp.generate_source
     <example>.sycl.cpp       backends.sycl.generate_source

@@ -88,8 +88,8 @@ def test_tile_memo_gives_the_program_of_tiling_each_kernel(monkeypatch, count):
     memoised = PassManager(pipeline).run(graph)
     original = tile_module.tile_kernel
 
-    def fresh(kernel, target, options=tile_module.TileOptions(), memo=None):
-        return original(kernel, target, options)  # shares nothing with other kernels
+    def fresh(kernel, target, options=tile_module.TileOptions(), memo=None, orders=None):
+        return original(kernel, target, options, None, orders)  # shares nothing with other kernels
 
     monkeypatch.setattr(tile_module, "tile_kernel", fresh)
     monkeypatch.setattr(fuse_module._Domains, "aligned", unmemoised)
