@@ -221,7 +221,7 @@ class DotMixin:
             a, b, precision = f"{a}.to(tl.float32)", f"{b}.to(tl.float32)", ', input_precision="ieee"'
         elif dtype == "f32":
             mode = self.options.precision(node.op)
-            if mode == "tf32" and self.interpreter:  # the interpreter multiplies in f32: round as the GPU does
+            if mode == "tf32":  # to nearest TF32, as cuBLAS and cuDNN: tensor cores fed f32 bits truncate them
                 a, b = f"_tg_tf32({a})", f"_tg_tf32({b})"
             precision = f', input_precision="{mode}"'
         self.uses_dot = True

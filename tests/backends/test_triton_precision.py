@@ -47,6 +47,8 @@ def _dot_precisions(program, options) -> dict[str, str]:
         if "tl.dot(" in source.text:
             mode = "tf32" if 'input_precision="tf32"' in source.text else \
                 "ieee" if 'input_precision="ieee"' in source.text else "native"
+            # the GPU source rounds a TF32 dot's operands to nearest (tensor cores fed f32 bits truncate them)
+            assert ("tl.dot(_tg_tf32(" in source.text) == (mode == "tf32"), source.text
             found["conv2d" if any(n.op == "conv2d" for n in kernel.nodes) else "matmul"] = mode
     return found
 
