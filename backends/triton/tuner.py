@@ -204,7 +204,8 @@ def _candidates(compiled, position, source) -> list[tuple[variants.Variant, obje
     library call where the kernel is one, then the other block-size variants."""
     kernel = compiled.program.kernels[position]
     try:
-        proposed = variants.dot_variants(kernel, compiled.program.target, options=compiled.options)
+        proposed = variants.dot_variants(kernel, compiled.program.target, options=compiled.options,
+                                         orders=compiled.program.storage_orders())
         loaded = variant_functions(compiled, position, source, proposed) if len(proposed) > 1 else []
     except Exception:  # no variants for this kernel
         proposed, loaded = [], []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,10 +124,12 @@ def dot_loops(kernel: Kernel, options: TritonOptions | None = None) -> tuple[int
 
 
 def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
-                 options: TritonOptions | None = None) -> list[Variant]:
+                 options: TritonOptions | None = None,
+                 orders: Mapping[Value, tuple[int, ...]] | None = None) -> list[Variant]:
     """The Program's tiling, then up to `limit - 1` other tilings of the dot loops that `fits` allows,
-    best first by the tile model (off-chip traffic; fewer programs than SMs ranked last), then GROUP_M
-    choices on the best tiling of a grouped matmul. Empty for a kernel without tl.dot."""
+    best first by the tile model (off-chip traffic over the tensors as stored, `orders` the Program's
+    layouts; fewer programs than SMs ranked last), then GROUP_M choices on the best tiling of a grouped
+    matmul. Empty for a kernel without tl.dot."""
     options = options or TritonOptions()
     target = target if target is not None and target.kind == "gpu" else load_target("gpu-h100")
     domain = kernel.domain
@@ -158,7 +161,7 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
         kept.append((variant, shape))
     if kept:
         array = np.array([[size for _, size in v.tiles] for v, _ in kept], dtype=np.float64)
-        costs = evaluate(domain, target, array)
+        costs = evaluate(domain, target, array, orders=orders)
         wide = feeds_matrix_unit(domain, target, array, target.matrix_block)
         units = target.parallel_units or 132
         order = sorted(range(len(kept)), key=lambda j: (kept[j][1].programs < units, not wide[j],
