@@ -38,7 +38,8 @@ def channels_last(program: Program) -> tuple[tuple[Value, tuple[int, ...]], ...]
     for kernel in program.kernels:
         for value in (*kernel.inputs, *kernel.outputs):
             users.setdefault(value, []).append(kernel)
-    between = [v for kernel in program.kernels for v in kernel.outputs if v not in set(program.graph.outputs)]
+    returned = set(program.graph.outputs)
+    between = [v for kernel in program.kernels for v in kernel.outputs if v not in returned]
     return tuple((value, NHWC) for value in between
                  if value.type.rank == 4 and value.type.dtype in FLOATS
                  and all(_structured(k) for k in users[value]) and any(_convolves(k, value) for k in users[value]))
