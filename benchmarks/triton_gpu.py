@@ -541,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
                              "else none)")
     parser.add_argument("--only", default="", help="comma-separated case names to run (default: all)")
     parser.add_argument("--dtype", default="", help="comma-separated dtypes to run (f16, bf16, f32; default: all)")
+    parser.add_argument("--batch", default="", help="comma-separated batch sizes of the model rows to run "
+                        "(default: all; the single-kernel rows are kept)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"Markdown table to write (default {RESULTS})")
     parser.add_argument("--both-layouts", action="store_true",
                         help="models with convolutions: also build them with activations in the other layout "
@@ -578,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     switches = "".join(f"{name}={os.environ[name]} " for name in SWITCHES if name in os.environ)
     command = switches + "python benchmarks/triton_gpu.py" + (" --quick" if args.quick else "") + \
         (" --both-layouts" if args.both_layouts else "") + "".join(
-        f" --{name} {value}" for name, value in (("only", args.only), ("dtype", args.dtype)) if value)
+        f" --{name} {value}" for name, value in (("only", args.only), ("dtype", args.dtype), ("batch", args.batch))
+        if value)
     bandwidth = copy_bandwidth(torch)
     specs = kernel_specs(torch, args.quick) + model_specs(torch, args.quick)
     if args.only:
@@ -586,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         specs = [s for s in specs if s.case in wanted]
     if args.dtype:
         specs = [s for s in specs if s.dtype in args.dtype.split(",")]
+    if args.batch:
+        batches = {f"batch {b}" for b in args.batch.split(",")}
+        specs = [s for s in specs if not s.shape.startswith("batch ") or s.shape in batches]
     rows: list[Row] = []
     for position, spec in enumerate(specs):
         label = f"{spec.case} {spec.shape} {spec.dtype}"

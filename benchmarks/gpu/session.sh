@@ -10,9 +10,10 @@
 # MobileNetV2 (`--only <models> --dtype f32,bf16 --budget 300`, 330 s): 12 of the 15 minutes. Next, `convs 0 240`
 # first: the GPU tests, then the convolutional rows, channels-last against NCHW: the layout pass now tiles
 # MobileNetV2's depthwise convolutions for NHWC, and cuDNN calls over NHWC activations (fixed after that run)
-# compete in the tuner; then `triton 0 300` for the rest, and the batch-1 rows, which have never run:
-#   python3 benchmarks/triton_gpu.py --quick --only resnet18_basic_block,llama_decoder_block,mobilenetv2 \
-#     --budget 200 --out $OUT/batch1.md   (the quick plan runs batch 32 first; batch 1 follows within budget)
+# compete in the tuner; then the batch-1 rows, which have never run on a GPU:
+#   python3 benchmarks/triton_gpu.py --quick --batch 1 --only resnet18_basic_block,llama_decoder_block,mobilenetv2 \
+#     --budget 200 --out $OUT/batch1.md
+# and `triton 0 300` for the rest.
 set -uo pipefail
 WHAT=${1:-all}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
