@@ -222,7 +222,8 @@ class DotMixin:
         elif dtype == "f32":
             mode = self.options.precision(node.op)
             if mode == "tf32":  # to nearest TF32, as cuBLAS and cuDNN: tensor cores fed f32 bits truncate them
-                a, b = f"_tg_tf32({a})", f"_tg_tf32({b})"
+                a, b = (operand if node.inputs[j] in self.rounded else f"_tg_tf32({operand})"
+                        for operand, j in ((a, plan.args[0]), (b, plan.args[1])))
             precision = f', input_precision="{mode}"'
         self.uses_dot = True
         if acc is not None:

@@ -127,9 +127,11 @@ class KernelEmitter(DotMixin, AttentionMixin):
 
     def __init__(self, kernel: Kernel, domain, function: str, interpreter: bool = False,
                  names: dict[Value, str] | None = None, options: TritonOptions | None = None,
-                 layouts: Mapping[Value, tuple[int, ...]] | None = None) -> None:
+                 layouts: Mapping[Value, tuple[int, ...]] | None = None,
+                 rounded: frozenset[Value] = frozenset()) -> None:
         self.kernel, self.domain, self.function = kernel, domain, function
         self.layouts = layouts or {}  # parameters stored with their axes in this order (`packing.py`)
+        self.rounded = rounded  # parameters bound already rounded to TF32 (`packing.tf32_params`)
         self.options = options if options is not None else TritonOptions.from_torch()
         # tensors as the module names them (`names.tensor_names`); blocks inside the kernel are
         # called after the value they hold, pointers `<tensor>_ptr`, in the kernel's own scope
@@ -556,12 +558,13 @@ class KernelEmitter(DotMixin, AttentionMixin):
 
 def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False,
                 names: dict[Value, str] | None = None, options: TritonOptions | None = None,
-                layouts: Mapping[Value, tuple[int, ...]] | None = None) -> KernelSource:
+                layouts: Mapping[Value, tuple[int, ...]] | None = None,
+                rounded: frozenset[Value] = frozenset()) -> KernelSource:
     """The `@triton.jit` source of one structured kernel (raises TilegraphError when unsupported);
     `names`: the module's tensor names (default: from the values' IR names); `options`: the build's
     (default: torch's precision flags now, `TritonOptions.from_torch`); `layouts`: parameters stored
     with permuted axes (`packing.plan_layouts`)."""
-    return KernelEmitter(kernel, domain, function, interpreter, names, options, layouts).emit()
+    return KernelEmitter(kernel, domain, function, interpreter, names, options, layouts, rounded).emit()
 
 
 __all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2", "MAX_NUMEL"]

@@ -28,7 +28,7 @@ from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Value
 
 from .library import LibraryCall
-from .packing import permuted
+from .packing import permuted, to_tf32
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,8 @@ class Launcher:
                 tensor = tensor if tensor is not None else program.to_torch(array, value.type.dtype, device)
                 if value in layouts:  # stored as the kernels read it (`packing.py`): a copy, made once
                     tensor = permuted(tensor, layouts[value])
+                if value in program.generated.rounded:  # only TF32 dots read it: rounded once, a copy
+                    tensor = to_tf32(tensor)
                 bound.append((slot(value), tensor))
         self.steps = [Step(function, tuple(slot(v) for v in reads), tuple(slot(v) for v in writes), position)
                       for position, (function, (reads, writes)) in enumerate(zip(module.STEPS, program.generated.steps))]

@@ -35,7 +35,7 @@ from tilegraph.ir.types import DType
 from .autotune import canonical
 from .kernel import KernelSource, emit_kernel
 from .options import TritonOptions
-from .packing import conv_weights, plan_layouts
+from .packing import conv_weights, plan_layouts, tf32_params
 from .names import identifier, kernel_functions, mangle, tensor_names
 from .scalar import HELPERS
 
@@ -67,6 +67,7 @@ class GeneratedModule:
     # tensors stored with their axes in this order: parameters the launcher binds so (`packing.py`), activations
     # the steps bind so (`Program.layouts`)
     layouts: dict[Value, tuple[int, ...]] = field(default_factory=dict)
+    rounded: frozenset[Value] = frozenset()  # parameters the launcher binds rounded to TF32 (`packing.py`)
 
 
 def _shape(value: Value) -> str:
@@ -155,6 +156,7 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     activations = program.storage_orders()  # the layout pass's (channels-last activations)
     layouts.update(activations)
     layouts.update(conv_weights(program, activations))
+    rounded = tf32_params(program, options)
     kernels: list[str] = []
     steps: list[str] = []
     step_names: list[str] = []
@@ -178,7 +180,8 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
             steps.extend(_layout_step(kernel, names, arena))
             sources.append(None)
         else:
-            source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names, options, layouts)
+            source = emit_kernel(kernel, domain, functions[kernel.name], interpreter, names, options, layouts,
+                                 rounded)
             sources.append(source)
             same = first_of.setdefault(canonical(source.text), source.function)
             if same == source.function:
@@ -211,8 +214,10 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
                              if (v.kind is ValueKind.PARAM) == kind)
         if permuted:
             parts.append(f"# {title} with permuted axes: {permuted}")
+    if rounded:
+        parts.append(f"# parameters bound rounded to TF32: {', '.join(sorted(names[v] for v in rounded))}")
     parts.append(f"# outputs: {', '.join(names[v] for v in graph.outputs)}")
-    return GeneratedModule("\n".join(parts) + "\n", names, sources, arena, io, layouts)
+    return GeneratedModule("\n".join(parts) + "\n", names, sources, arena, io, layouts, rounded)
 
 
 def _tuple(items) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from tilegraph.ir.graph import Value, ValueKind
 from tilegraph.ir.program import Program
+from tilegraph.ir.types import DType
 
 from .options import TritonOptions
 
@@ -97,6 +98,43 @@ def conv_weights(program: Program, activations: dict[Value, tuple[int, ...]]) ->
     return chosen
 
 
+def tf32_params(program: Program, options: TritonOptions) -> frozenset[Value]:
+    """f32 parameters that only TF32 dots read, directly: bound rounded to nearest TF32 once (`to_tf32`), as
+    cuBLAS and cuDNN round their operands, so the kernels need not round them (`DotMixin.dot_product`) on the
+    way to a wgmma's shared-memory operand. A parameter also read otherwise (an elementwise op, a copy, torch
+    code, a template) keeps its f32 values and is rounded in the kernel."""
+    from .kernel import KernelEmitter
+
+    dot_read: set[Value] = set()
+    other: set[Value] = set()
+    for kernel in program.kernels:
+        params = [v for v in kernel.inputs if v.kind is ValueKind.PARAM and v.type.dtype is DType.f32]
+        if not params:
+            continue
+        if not kernel.domain.structured or kernel.template is not None:
+            other.update(params)
+            continue
+        emitter = KernelEmitter(kernel, kernel.domain, "kernel_rounding", options=options)
+        reads: dict[Value, int] = {}
+        for i, node in enumerate(kernel.domain.nodes):
+            plan = emitter.dot_plan(i)
+            if plan is not None and options.precision(node.op) == "tf32":
+                for j in plan.args[:2]:
+                    reads[node.inputs[j]] = reads.get(node.inputs[j], 0) + 1
+        for value in params:
+            (dot_read if reads.get(value, 0) == sum(n.inputs.count(value) for n in kernel.nodes) else other).add(value)
+    return frozenset(dot_read - other)
+
+
+def to_tf32(tensor):
+    """An f32 tensor rounded to nearest TF32 (10 mantissa bits, ties away from zero), as a new tensor."""
+    import torch
+
+    tensor = tensor.contiguous()
+    rounded = ((tensor.view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+    return torch.where(torch.isnan(tensor), tensor, rounded)
+
+
 def moves(value: Value, order: tuple[int, ...]) -> bool:
     """Whether storing `value` with its axes in `order` moves any element (axes of one element do not)."""
     shape = value.type.shape
@@ -108,4 +146,4 @@ def permuted(tensor, order: tuple[int, ...]):
     return tensor.permute(*order).contiguous()
 
 
-__all__ = ["plan_layouts", "conv_weights", "permuted", "moves"]
+__all__ = ["plan_layouts", "conv_weights", "tf32_params", "to_tf32", "permuted", "moves"]

@@ -71,7 +71,8 @@ def variant_functions(compiled, position: int, source, chosen: list[variants.Var
     emitted = []
     for n, variant in enumerate(chosen):
         emitted.append((variant, variants.emit_variant(kernel, variant, f"{source.function}_v{n}", _interpreting(),
-                                                       compiled.generated.names, options, compiled.generated.layouts)))
+                                                       compiled.generated.names, options, compiled.generated.layouts,
+                                                       compiled.generated.rounded)))
     module = load_module(kernel_module("\n\n".join(s.text for _, s in emitted)))
     return [(variant, getattr(module, s.function), s.grid) for variant, s in emitted]
 

@@ -182,11 +182,12 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
 
 def emit_variant(kernel: Kernel, variant: Variant, function: str, interpreter: bool = False,
                  names: dict[Value, str] | None = None, options: TritonOptions | None = None,
-                 layouts: dict[Value, tuple[int, ...]] | None = None) -> KernelSource:
-    """`kernel` with the variant's tiles and GROUP_M, as function `function` (`layouts`: the module's
-    permuted parameters, which every variant reads as they are bound)."""
+                 layouts: dict[Value, tuple[int, ...]] | None = None,
+                 rounded: frozenset[Value] = frozenset()) -> KernelSource:
+    """`kernel` with the variant's tiles and GROUP_M, as function `function` (`layouts`, `rounded`: the
+    module's permuted and TF32-rounded parameters, which every variant reads as they are bound)."""
     tiled = kernel.with_tiles(variant.tiles)
-    emitter = KernelEmitter(tiled, tiled.domain, function, interpreter, names, options, layouts)
+    emitter = KernelEmitter(tiled, tiled.domain, function, interpreter, names, options, layouts, rounded)
     emitter.group_m = variant.group_m
     source = emitter.emit()
     if not source.uses_dot:

@@ -149,3 +149,44 @@ def test_an_explicit_build_option_overrides_torchs_flags(flags):
     assert conv_only.source.count('input_precision="tf32"') == 1
     with pytest.raises(TilegraphError, match="known are tf32"):
         tilegraph.compile(parse(MIXED), target="triton", options={"tf33": True})
+
+
+SHARED_WEIGHT = """def f(x: f32[64, 64]) -> (f32[64, 48], f32[64, 48]) {
+    param w: f32[64, 64]
+    param v: f32[64, 48]
+    return (x @ w) @ v, relu(v)
+}"""
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_weights_only_tf32_dots_read_are_bound_rounded(tf32):
+    """A weight that only TF32 dots read is bound rounded to nearest TF32 once, and its dot reads it as it is;
+    one also read elementwise keeps its f32 values and is rounded in the kernel. Results match the reference
+    at the precision in force, IEEE builds round nothing."""
+    from tilegraph.backends.triton.packing import permuted, to_tf32
+
+    graph = parse(SHARED_WEIGHT)
+    fn = check(graph, tf32=tf32)
+    names = {fn.generated.names[v] for v in fn.generated.rounded}
+    assert names == ({"w"} if tf32 else set())
+    dots = [line for line in fn.source.splitlines() if "tl.dot(" in line]
+    assert any("w_op" in line for line in dots) and not any("_tg_tf32(w_op)" in line for line in dots)
+    assert any("_tg_tf32(v_op)" in line for line in dots) == tf32
+    launcher = fn.launcher()
+    w = next(v for v in fn.params if v.name == "w")
+    bound = launcher._env[launcher._slots[fn.generated.names[w]]]
+    original = torch.from_numpy(fn.params[w])
+    want = to_tf32(original) if tf32 else original
+    if w in fn.generated.layouts:  # (bound as the dot reads it, `packing.plan_layouts`)
+        want = permuted(want, fn.generated.layouts[w])
+    assert torch.equal(bound, want)
+
+
+def test_to_tf32_rounds_to_nearest_ties_away_and_keeps_nan():
+    from tilegraph.backends.triton.packing import to_tf32
+
+    one_ulp = 2.0 ** -10  # TF32's spacing at 1
+    x = torch.tensor([1 + one_ulp / 2, 1 + one_ulp / 2 - 2.0 ** -23, -(1 + one_ulp / 2), 3.0, float("inf"),
+                      float("nan")])
+    got = to_tf32(x)
+    assert got[:5].tolist() == [1 + one_ulp, 1.0, -(1 + one_ulp), 3.0, float("inf")] and torch.isnan(got[5])

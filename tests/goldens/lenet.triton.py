@@ -145,7 +145,7 @@ def kernel_k2(p1_ptr, conv2_weight_ptr, conv2_bias_ptr, v5_ptr):
             lane128_m6 = (lane128_i6 < 5)
             p1_op = tl.load(p1_ptr + (iv0[:, None]) * 1176 + (lane128_i4[None, :]) + (iv2[:, None] + lane128_i5[None, :]) * 84 + (iv3[:, None] + lane128_i6[None, :]) * 6, mask=mv3[:, None] & lane128_m4[None, :] & lane128_m5[None, :] & lane128_m6[None, :], other=0.0)
             conv2_weight_op = tl.load(conv2_weight_ptr + (iv1[None, :]) * 150 + (lane128_i4[:, None]) + (lane128_i5[:, None]) * 30 + (lane128_i6[:, None]) * 6, mask=lane128_m4[:, None] & lane128_m5[:, None] & lane128_m6[:, None], other=0.0)
-            v3_acc = tl.dot(_tg_tf32(p1_op), _tg_tf32(conv2_weight_op), v3_acc, input_precision="tf32")
+            v3_acc = tl.dot(_tg_tf32(p1_op), conv2_weight_op, v3_acc, input_precision="tf32")
     v3 = v3_acc
     v3 = tl.permute(v3, (1, 0,))
     v3 = tl.reshape(v3, (1, 16, 1, 16, 1, 1, 1))
@@ -347,4 +347,5 @@ STEPS = [step_k0, step_k1, step_k2, step_k3, step_k4, step_k5, step_k6]
 ARENA_BYTES = 188160  # liveness
 # parameters bound with permuted axes: conv2_weight: [0, 2, 3, 1]
 # activations stored with permuted axes: v2: [0, 2, 3, 1], p1: [0, 2, 3, 1], v5: [0, 2, 3, 1]
+# parameters bound rounded to TF32: conv2_weight
 # outputs: v18
