@@ -79,10 +79,14 @@ def plan_layouts(program: Program, options: TritonOptions) -> dict[Value, tuple[
     return chosen
 
 
+DEPTHWISE = (1, 2, 3, 0)  # a depthwise filter [C, 1, kh, kw] stored [1, kh, kw, C]: channels innermost
+
+
 def conv_weights(program: Program, activations: dict[Value, tuple[int, ...]]) -> dict[Value, tuple[int, ...]]:
     """Weights stored like the input of the one convolution reading them, where that input is stored
     channels-last (`Program.layouts`): [F, kh, kw, C], K-major for the generated kernel, and what cuDNN wants
-    beside an NHWC input. A 1 x 1 or depthwise filter's elements do not move."""
+    beside an NHWC input (a 1 x 1 filter's elements do not move). A depthwise filter is stored [1, kh, kw, C]:
+    its kernel takes a block of channels a program, which then loads each tap's weights as one vector."""
     readers: dict[Value, int] = {}
     for kernel in program.kernels:
         for value in kernel.inputs:
@@ -93,6 +97,8 @@ def conv_weights(program: Program, activations: dict[Value, tuple[int, ...]]) ->
         if conv.op != "conv2d" or conv.inputs[0] not in activations:
             continue
         weight, order = conv.inputs[1], activations[conv.inputs[0]]
+        if conv.attrs.get("groups", 1) > 1 and weight.type.shape[1] == 1:
+            order = DEPTHWISE
         if weight.kind is ValueKind.PARAM and readers[weight] == 1 and moves(weight, order):
             chosen[weight] = order
     return chosen

@@ -175,3 +175,24 @@ def test_a_convolution_over_channels_last_loads_whole_vectors_on_sm90(tmp_path, 
         narrow[on] = (records[first.function].narrow_loads, records[second.function].narrow_loads)
     assert narrow[True][1] == 0 < narrow[False][1], narrow
     assert narrow[True][0] == narrow[False][0] > 0, narrow
+
+
+def test_a_depthwise_filter_is_stored_channels_innermost():
+    """Over an NHWC input, a depthwise convolution's filter [C, 1, 3, 3] is bound [1, 3, 3, C] (its kernel
+    takes a block of channels, so each tap's weights are one contiguous vector); a dense filter [F, 3, 3, C].
+    The generated kernels and the cuDNN calls give the reference's results."""
+    from tilegraph.backends.triton.packing import DEPTHWISE
+
+    graph = parse("def f(x: f32[2, 8, 10, 10]) -> f32[2, 16, 10, 10] {\n  param w1: f32[16, 8, 3, 3]\n"
+                  "  param w2: f32[16, 1, 3, 3]\n  param w3: f32[16, 16, 3, 3]\n"
+                  "  h = relu(conv2d(x, w1, padding=[1, 1]))\n"
+                  "  d = relu(conv2d(h, w2, padding=[1, 1], groups=16))\n"
+                  "  return conv2d(d, w3, padding=[1, 1])\n}")
+    inputs = reference.random_inputs(graph)
+    fn = tilegraph.compile(graph, target="triton")
+    stored = {v.name: order for v, order in fn.generated.layouts.items()}
+    assert stored["w2"] == DEPTHWISE and stored["w3"] == NHWC, stored
+    want = reference.run(graph, inputs)
+    assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
+    assert with_conv_calls(fn) == 3
+    assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
