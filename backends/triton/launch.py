@@ -28,7 +28,7 @@ from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Value
 
 from .library import LibraryCall
-from .packing import permuted, to_tf32
+from .packing import permuted, stored_shape, to_tf32
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +146,7 @@ class Launcher:
                 dtype = torch_dtype(value.type.dtype)
                 if value in arena.offsets:
                     offset = arena.offsets[value]
-                    shape = value.type.shape
-                    if value in layouts:
-                        shape = tuple(shape[axis] for axis in layouts[value])
+                    shape = stored_shape(value, layouts.get(value))
                     env[index] = self.arena[offset:offset + value.type.nbytes].view(dtype).view(shape)
                     if source is not None:
                         fixed[index] = env[index]

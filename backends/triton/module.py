@@ -35,7 +35,7 @@ from tilegraph.ir.types import DType
 from .autotune import canonical
 from .kernel import KernelSource, emit_kernel
 from .options import TritonOptions
-from .packing import conv_weights, plan_layouts, tf32_params
+from .packing import conv_weights, kernel_dots, plan_layouts, stored_shape, tf32_params
 from .names import identifier, kernel_functions, mangle, tensor_names
 from .scalar import HELPERS
 
@@ -79,7 +79,7 @@ def _bind(value: Value, name: str, arena: Arena, order: tuple[int, ...] | None =
     """The line that gives a kernel output its storage: a view into the arena, or its own tensor, with its axes
     in `order` (the Program's layout) as its shape."""
     dtype = TORCH_DTYPE[value.type.dtype]
-    shape = _shape(value) if order is None else str(tuple(value.type.shape[a] for a in order))
+    shape = str(stored_shape(value, order))
     if value in arena.offsets:
         return f"    {name} = _view(arena, {arena.offsets[value]}, {value.type.nbytes}, {shape}, {dtype})"
     return f"    {name} = torch.empty({shape}, dtype={dtype}, device=dev)"
@@ -152,11 +152,12 @@ def generate(program: Program, interpreter: bool = False, options: TritonOptions
     names, _ = tensor_names(program)
     functions = kernel_functions(program)
     arena = plan_arena(program, program.kernels, views=True)
-    layouts = plan_layouts(program, options)
+    dots = kernel_dots(program, options)
+    layouts = plan_layouts(program, options, dots)
     activations = program.storage_orders()  # the layout pass's (channels-last activations)
     layouts.update(activations)
     layouts.update(conv_weights(program, activations))
-    rounded = tf32_params(program, options)
+    rounded = tf32_params(program, options, dots)
     kernels: list[str] = []
     steps: list[str] = []
     step_names: list[str] = []

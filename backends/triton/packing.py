@@ -17,7 +17,7 @@ convolution's weight follows its input there (`conv_weights`).
 from __future__ import annotations
 
 from tilegraph.ir.graph import Value, ValueKind
-from tilegraph.ir.program import Program
+from tilegraph.ir.program import Kernel, Program
 from tilegraph.ir.types import DType
 
 from .options import TritonOptions
@@ -46,22 +46,36 @@ def _wanted(emitter, i: int, plan, which: int) -> tuple[Value, tuple[int, ...]] 
     return value, order
 
 
-def plan_layouts(program: Program, options: TritonOptions) -> dict[Value, tuple[int, ...]]:
-    """Parameter -> the axis order it is stored in (`perm` of a transpose), for those not kept as they are."""
+def kernel_dots(program: Program, options: TritonOptions) -> list[tuple[Kernel, object, list[tuple[int, object]]]]:
+    """Per kernel: (kernel, its emitter, [(node index, DotPlan)] of its dots); the emitter is None for a kernel
+    that reads its inputs as they are (torch code for a layout step, or a template). What `plan_layouts` and
+    `tf32_params` read, computed once per module."""
     from .kernel import KernelEmitter
 
-    wanted: dict[Value, set[tuple[int, ...]]] = {}
-    kept: set[Value] = set()
+    found = []
     for kernel in program.kernels:
         if not kernel.domain.structured or kernel.template is not None:
-            kept.update(kernel.inputs)  # read as it is: by torch code (a layout step), or by a template
+            found.append((kernel, None, []))
             continue
         emitter = KernelEmitter(kernel, kernel.domain, "kernel_layout", options=options)
+        plans = [(i, emitter.dot_plan(i)) for i in range(len(kernel.domain.nodes))]
+        found.append((kernel, emitter, [(i, plan) for i, plan in plans if plan is not None]))
+    return found
+
+
+def plan_layouts(program: Program, options: TritonOptions, dots: list | None = None) -> dict[Value, tuple[int, ...]]:
+    """Parameter -> the axis order it is stored in (`perm` of a transpose), for those not kept as they are.
+    `dots`: `kernel_dots(program, options)`, if already computed."""
+    wanted: dict[Value, set[tuple[int, ...]]] = {}
+    kept: set[Value] = set()
+    for kernel, emitter, plans in dots if dots is not None else kernel_dots(program, options):
+        if emitter is None:
+            kept.update(kernel.inputs)  # read as it is: by torch code (a layout step), or by a template
+            continue
         reads: dict[Value, set[tuple[int, ...]]] = {}
-        for i in range(len(kernel.domain.nodes)):
-            plan = emitter.dot_plan(i)
+        for i, plan in plans:
             for which in (0, 1):
-                found = _wanted(emitter, i, plan, which) if plan is not None else None
+                found = _wanted(emitter, i, plan, which)
                 if found is not None:
                     reads.setdefault(found[0], set()).add(found[1])
         for value in kernel.inputs:
@@ -104,27 +118,22 @@ def conv_weights(program: Program, activations: dict[Value, tuple[int, ...]]) ->
     return chosen
 
 
-def tf32_params(program: Program, options: TritonOptions) -> frozenset[Value]:
+def tf32_params(program: Program, options: TritonOptions, dots: list | None = None) -> frozenset[Value]:
     """f32 parameters that only TF32 dots read, directly: bound rounded to nearest TF32 once (`to_tf32`), as
     cuBLAS and cuDNN round their operands, so the kernels need not round them (`DotMixin.dot_product`) on the
     way to a wgmma's shared-memory operand. A parameter also read otherwise (an elementwise op, a copy, torch
-    code, a template) keeps its f32 values and is rounded in the kernel."""
-    from .kernel import KernelEmitter
-
+    code, a template) keeps its f32 values and is rounded in the kernel. `dots`: as for `plan_layouts`."""
     dot_read: set[Value] = set()
     other: set[Value] = set()
-    for kernel in program.kernels:
+    for kernel, emitter, plans in dots if dots is not None else kernel_dots(program, options):
         params = [v for v in kernel.inputs if v.kind is ValueKind.PARAM and v.type.dtype is DType.f32]
-        if not params:
-            continue
-        if not kernel.domain.structured or kernel.template is not None:
+        if emitter is None:
             other.update(params)
             continue
-        emitter = KernelEmitter(kernel, kernel.domain, "kernel_rounding", options=options)
         reads: dict[Value, int] = {}
-        for i, node in enumerate(kernel.domain.nodes):
-            plan = emitter.dot_plan(i)
-            if plan is not None and options.precision(node.op) == "tf32":
+        for i, plan in plans:
+            node = kernel.domain.nodes[i]
+            if options.precision(node.op) == "tf32":
                 for j in plan.args[:2]:
                     reads[node.inputs[j]] = reads.get(node.inputs[j], 0) + 1
         for value in params:
@@ -147,9 +156,17 @@ def moves(value: Value, order: tuple[int, ...]) -> bool:
     return [a for a in order if shape[a] > 1] != [a for a in range(len(shape)) if shape[a] > 1]
 
 
+def stored_shape(value: Value, order: tuple[int, ...] | None) -> tuple[int, ...]:
+    """`value`'s shape with its axes in storage order `order` (None: as it is): how a tensor stored permuted
+    is bound, so that torch code reading it (a library call) sees its axes where they are."""
+    shape = value.type.shape
+    return shape if order is None else tuple(shape[axis] for axis in order)
+
+
 def permuted(tensor, order: tuple[int, ...]):
     """The parameter as the kernels read it: its axes in `order`, contiguous (a copy)."""
     return tensor.permute(*order).contiguous()
 
 
-__all__ = ["plan_layouts", "conv_weights", "tf32_params", "to_tf32", "permuted", "moves"]
+__all__ = ["kernel_dots", "plan_layouts", "conv_weights", "tf32_params", "to_tf32", "stored_shape", "permuted",
+           "moves"]

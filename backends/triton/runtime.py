@@ -12,7 +12,6 @@ import numpy as np
 
 from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir import TilegraphError
-from tilegraph.ir.graph import ValueKind
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType, to_dtype
 
@@ -177,7 +176,7 @@ class TritonProgram(CompiledProgram):
 
     def backend_report(self) -> str:
         arena = self.generated.arena
-        stored = [self.generated.names[v] for v in self.generated.layouts if v.kind is not ValueKind.PARAM]
+        stored = [self.generated.names[v] for v, _ in self.program.layouts]  # (the layout pass's)
         lines = [f"  {self.options.describe()}" + (f", channels-last activations ({', '.join(stored)})" if stored
                                                   else ""),
                  f"  arena {arena.size} B for {len(arena.offsets)} intermediates (offsets from {arena.source})"]
