@@ -45,7 +45,9 @@ class WholeModel:
 
     def build_in(self, dtype: str, batch: int, tiny: bool = False, layers: int | None = None):
         """`build`, in eval mode, its module and floating inputs in `dtype` ("f32" or "bf16")."""
-        module, inputs = self.build(batch, tiny, layers if self.layered else None)
+        with torch.random.fork_rng(devices=[]):  # what `init_weights` leaves (ViT's class token and position
+            torch.manual_seed(0)                 # embeddings) drawn the same on every build
+            module, inputs = self.build(batch, tiny, layers if self.layered else None)
         module = module.eval()
         if dtype == "bf16":
             module = module.to(torch.bfloat16)
