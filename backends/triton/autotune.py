@@ -114,6 +114,7 @@ class Choice:
     tiles: tuple[tuple[str, int], ...] | None = None
     group_m: int | None = None
     library: bool = False
+    persistent: int = 0  # the variant's programs when it is a persistent kernel
 
     @property
     def config(self) -> tuple[int, int]:
@@ -126,6 +127,8 @@ class Choice:
             out["group_m"] = self.group_m
         if self.library:
             out["library"] = True
+        if self.persistent:
+            out["persistent"] = self.persistent
         return out
 
     @staticmethod
@@ -135,7 +138,8 @@ class Choice:
         tiles = found.get("tiles")
         return Choice(int(found["warps"]), int(found["stages"]),
                       None if tiles is None else tuple((str(n), int(s)) for n, s in tiles),
-                      None if found.get("group_m") is None else int(found["group_m"]), bool(found.get("library")))
+                      None if found.get("group_m") is None else int(found["group_m"]), bool(found.get("library")),
+                      int(found.get("persistent", 0)))
 
 
 class ConfigCache:

@@ -61,6 +61,7 @@ class DotMixin:
     """tl.dot code generation for KernelEmitter."""
 
     group_m = GROUP_M  # row tiles per launch group of a tiled matmul (a block-size variant may change it)
+    persistent = 0  # programs launched, each walking tiles (a variant's, one per SM); 0: a program per tile
 
     def dot_plan(self, i: int) -> DotPlan | None:
         """Whether node i's `acc + a * b` is one tl.dot (implicit GEMM) in this block, and its loop groups.

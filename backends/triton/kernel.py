@@ -445,7 +445,15 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.lines.append("@triton.jit")
         self.lines.append(f"def {self.function}({args}):")
         self.line(self.tile_comment())
-        self.line("pid = tl.program_id(0)")
+        tiles = self.tile_count()
+        if 0 < self.persistent < tiles:
+            # persistent: a program per SM walks the tiles in launch order; `flatten` lets the software
+            # pipeliner run on into the next tile's first loads while this one's epilogue stores
+            self.line(f"for tile in tl.range(tl.program_id(0), {tiles}, {self.persistent}, flatten=True):")
+            self.depth += 1
+            self.line("pid = tile")
+        else:
+            self.line("pid = tl.program_id(0)")
         self.line(f"zr = tl.zeros({self.shape(())}, dtype=tl.{'int64' if self.wide else 'int32'})")
         grouped = self.grouped_tiles()
         if grouped is not None:
@@ -469,6 +477,10 @@ class KernelEmitter(DotMixin, AttentionMixin):
                     self.define_loop(k, "0")
             elif plan.kind != REDUCTION or plan.count == 1:
                 self.define_loop(k, "0")
+
+    def tile_count(self) -> int:
+        """Tiles of the parallel loops: one program each, unless the kernel is persistent."""
+        return math.prod(p.count for p in self.loops if p.kind == PARALLEL)
 
     def tile_comment(self) -> str:
         """`# tile: d0=32 (parallel), d2=64 (reduction)`: every loop's tile as generated (after
@@ -552,7 +564,8 @@ class KernelEmitter(DotMixin, AttentionMixin):
             self.generic()
         else:
             lowering_for("triton", self.kernel.kind, TEMPLATE_EMITTERS)(self)
-        grid = math.prod(p.count for p in self.loops if p.kind == PARALLEL)
+        tiles = self.tile_count()
+        grid = self.persistent if 0 < self.persistent < tiles else tiles
         return KernelSource(self.function, "\n".join(self.lines) + "\n", grid, self.args, self.loops, self.uses_dot)
 
 

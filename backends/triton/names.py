@@ -26,7 +26,7 @@ _SAFE = frozenset(string.ascii_letters + string.digits)
 # Names the generated module defines or uses at module level, in its launch steps and in its
 # kernels (module.py, kernel.py, dot.py, attention.py); keep in step with them.
 PY_RUNTIME = frozenset("""
-    torch triton tl math dev warps stages arena pid zr group rows m_i l_i o_i s m_new shift p scale pv res
+    torch triton tl math dev warps stages arena pid tile zr group rows rt m_i l_i o_i s m_new shift p scale pv res
     STEPS OUTPUTS ARENA_BYTES
 """.split())
 # index families of the kernels (base0 iv0 ix0 mv0 mk0 rb0), kernel functions and launch steps,

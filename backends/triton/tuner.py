@@ -175,7 +175,8 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     times["config"] = config_times
     compiled.timings[position] = times
     choice = autotune.Choice(*best) if chosen_variant is None else \
-        autotune.Choice(*best, tiles=chosen_variant.tiles, group_m=chosen_variant.group_m)
+        autotune.Choice(*best, tiles=chosen_variant.tiles, group_m=chosen_variant.group_m,
+                        persistent=chosen_variant.persistent)
     if complete:
         cache.put(key, choice)
         state.chosen[key] = choice
@@ -200,13 +201,21 @@ def library_candidate(compiled, position: int, source) -> library.LibraryCall | 
                                _interpreting())
 
 
+def _device_units() -> int | None:
+    """The current CUDA device's SMs: what a persistent variant launches (None without CUDA: the target's)."""
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count \
+        if torch.cuda.is_available() else None
+
+
 def _candidates(compiled, position, source) -> list[tuple[variants.Variant, object, int]]:
     """[(variant, function, grid)]: the Program's own tiling (its function unused: the generated one runs), the
     library call where the kernel is one, then the other block-size variants."""
     kernel = compiled.program.kernels[position]
     try:
         proposed = variants.dot_variants(kernel, compiled.program.target, options=compiled.options,
-                                         orders=compiled.program.storage_orders())
+                                         orders=compiled.program.storage_orders(), units=_device_units())
         loaded = variant_functions(compiled, position, source, proposed) if len(proposed) > 1 else []
     except Exception:  # no variants for this kernel
         proposed, loaded = [], []
@@ -288,7 +297,8 @@ def _install_choice(compiled, state, position, source, choice: autotune.Choice, 
             if fn is None:
                 raise ValueError("no longer a library call")
         else:
-            variant = variants.Variant(choice.tiles, choice.group_m or variants.GROUP_M)
+            variant = variants.Variant(choice.tiles, choice.group_m or variants.GROUP_M,
+                                       persistent=choice.persistent)
             ((_, fn, grid),) = variant_functions(compiled, position, source, [variant])
         install(compiled, state, source, fn, grid)
         state.launches[key] = (fn, grid)

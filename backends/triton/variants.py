@@ -11,7 +11,9 @@ many SMs idle (`tile_model.ragged`), then by off-chip traffic, and half the pick
 tilings (one loop per dot side, so operands load as plain 2-D blocks: for a convolution, n, oh, kh and kw
 walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function
 (`Kernel.with_tiles`; GROUP_M, the row tiles per launch group of a tiled matmul, as given). The Program's own
-tiling is always variant 0.
+tiling is always variant 0. A grid of several waves also gets its best tiling as a persistent kernel (a program
+per SM, each walking tiles a stride apart): whether that pays (prologues saved, one tile's epilogue overlapping
+the next one's loads) depends on the device, so the tuner times it like any other variant.
 """
 from __future__ import annotations
 
@@ -44,16 +46,19 @@ GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling 
 @dataclass(frozen=True)
 class Variant:
     """One tiling of a kernel's loops (loop name -> tile) and its GROUP_M; `library`: the kernel run by the
-    vendor's library instead (`library.py`; the tiles are then the Program's, unused)."""
+    vendor's library instead (`library.py`; the tiles are then the Program's, unused); `persistent`: that
+    many programs, each walking the tiles a stride apart."""
 
     tiles: tuple[tuple[str, int], ...]
     group_m: int = GROUP_M
     library: bool = False
+    persistent: int = 0  # programs launched, each walking tiles (one per SM); 0: a program per tile
 
     def label(self) -> str:
         if self.library:
             return LABEL
-        return " ".join(f"{name}={size}" for name, size in self.tiles) + f" group {self.group_m}"
+        tiles = " ".join(f"{name}={size}" for name, size in self.tiles) + f" group {self.group_m}"
+        return tiles + (f" persistent {self.persistent}" if self.persistent else "")
 
 
 @dataclass(frozen=True)
@@ -125,13 +130,15 @@ def dot_loops(kernel: Kernel, options: TritonOptions | None = None) -> tuple[int
 
 def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
                  options: TritonOptions | None = None,
-                 orders: Mapping[Value, tuple[int, ...]] | None = None) -> list[Variant]:
+                 orders: Mapping[Value, tuple[int, ...]] | None = None, units: int | None = None) -> list[Variant]:
     """The Program's tiling, then up to `limit - 1` other tilings of the dot loops that `fits` allows,
     best first by the tile model (off-chip traffic over the tensors as stored, `orders` the Program's
     layouts; fewer programs than SMs ranked last), then GROUP_M choices on the best tiling of a grouped
-    matmul. Empty for a kernel without tl.dot."""
+    matmul, then the best tiling as a persistent kernel of `units` programs (the device's SMs; default the
+    target's) where it has more tiles than that. Empty for a kernel without tl.dot."""
     options = options or TritonOptions()
     target = target if target is not None and target.kind == "gpu" else load_target("gpu-h100")
+    units = units or target.parallel_units or 132
     domain = kernel.domain
     own = dict(kernel.tiles)
     base = tuple((loop.name, min(own.get(loop.name, loop.extent), loop.extent)) for loop in domain.loops)
@@ -163,7 +170,6 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
         array = np.array([[size for _, size in v.tiles] for v, _ in kept], dtype=np.float64)
         costs = evaluate(domain, target, array, orders=orders)
         wide = feeds_matrix_unit(domain, target, array, target.matrix_block)
-        units = target.parallel_units or 132
         order = sorted(range(len(kept)), key=lambda j: (kept[j][1].programs < units, not wide[j],
                                                         ragged(kept[j][1].programs, units),
                                                         float(costs.traffic[j]), kept[j][0].tiles))
@@ -177,6 +183,8 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
     shape = dot_shape(kernel.with_tiles(best.tiles), options)
     if shape is not None and shape.grouped:
         out += [Variant(best.tiles, g) for g in GROUP_CHOICES]
+    if shape is not None and shape.programs > units:  # several waves: one program per SM may save their
+        out.append(Variant(best.tiles, persistent=units))  # prologues and overlap each tile's epilogue
     return out
 
 
@@ -188,7 +196,7 @@ def emit_variant(kernel: Kernel, variant: Variant, function: str, interpreter: b
     module's permuted and TF32-rounded parameters, which every variant reads as they are bound)."""
     tiled = kernel.with_tiles(variant.tiles)
     emitter = KernelEmitter(tiled, tiled.domain, function, interpreter, names, options, layouts, rounded)
-    emitter.group_m = variant.group_m
+    emitter.group_m, emitter.persistent = variant.group_m, variant.persistent
     source = emitter.emit()
     if not source.uses_dot:
         raise TilegraphError(f"kernel {kernel.name}: variant {variant.label()} has no tl.dot")

@@ -35,7 +35,7 @@ import numpy as np
 from tilegraph.ir.ops.registry import WINDOW
 from tilegraph.ir.target import Target
 
-from tilegraph.ir.domain import FULL, KernelDomain
+from tilegraph.ir.domain import FULL, KernelDomain, downstream
 from tilegraph.ir.graph import Value
 from tilegraph.ir.tile_model import (accumulators_fit, candidates, contractions, evaluate, feeds_matrix_unit,
                                      loop_orders, matrix_groups, ragged, thin)
@@ -145,10 +145,13 @@ def straight_operands(domain: KernelDomain, target: Target, grid: np.ndarray, ro
 
 
 def _stored_innermost(domain: KernelDomain, i: int, orders: Mapping[Value, Sequence[int]]):
-    """The expression over kernel loops of node i's result's contiguous axis; a kernel whose outputs are stored
-    in another order (channels-last) stores its contraction's result through them: their contiguous axis."""
-    stored = [a for a in domain.accesses if a.role == "output" and a.value in orders
-              and a.value.type.shape == domain.nodes[i].result.type.shape]
+    """The expression over kernel loops of node i's result's contiguous axis; where the kernel stores that result
+    in another order (channels-last), itself or through the ops after it (a convolution's batch norm and ReLU),
+    the stored value's contiguous axis."""
+    result = domain.nodes[i].result
+    reached = {result, *(v for j in downstream(domain)[i] for v in domain.nodes[j].results)}
+    stored = [a for a in domain.accesses if a.role == "output" and a.value in orders and a.value in reached
+              and a.value.type.shape == result.type.shape]
     if stored:
         return stored[0].map.exprs[orders[stored[0].value][-1]]
     return domain.compose(i, domain.spaces[i].outputs[0].exprs[-1])

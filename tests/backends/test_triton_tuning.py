@@ -66,7 +66,7 @@ def test_variants_start_with_the_programs_tiles_and_all_fit(source):
         for m, n, k in shape.dots:
             assert MIN_DOT <= min(m, n, k) and max(m, n) <= variants.MAX_MN and k <= variants.MAX_K
             assert (m * k + k * n) * shape.itemsize * variants.STAGES <= H100.shared_memory_per_block
-    tilings = [(v.tiles, v.group_m) for v in found]
+    tilings = [(v.tiles, v.group_m, v.persistent) for v in found]
     assert len(set(tilings)) == len(tilings), "each variant once"
     assert found == variants.dot_variants(kernel, H100), "deterministic"
     # only the loops a tl.dot runs over change
@@ -80,6 +80,22 @@ def test_grouped_matmuls_also_try_other_group_sizes():
     groups = {v.group_m for v in found}
     assert groups == {variants.GROUP_M, *variants.GROUP_CHOICES}
     assert {v.tiles for v in found if v.group_m != variants.GROUP_M} == {found[1].tiles}
+
+
+@pytest.mark.parametrize("source", [BIG_MATMUL, BIG_CONV, BIG_ATTENTION])
+def test_kernels_of_several_waves_also_try_a_persistent_kernel(source):
+    """The best tiling again as one program per SM, each walking the tiles a stride apart: where the grid has more
+    tiles than the device has SMs, and only there."""
+    kernel = dot_kernel(source)
+    found = variants.dot_variants(kernel, H100)
+    (persistent,) = [v for v in found if v.persistent]
+    assert persistent.persistent == H100.parallel_units and persistent.tiles == found[1].tiles
+    assert persistent.label() == found[1].label() + f" persistent {H100.parallel_units}"
+    programs = variants.dot_shape(kernel.with_tiles(persistent.tiles)).programs
+    emitted = variants.emit_variant(kernel, persistent, "kernel_p")
+    assert emitted.grid == H100.parallel_units < programs
+    assert f"for tile in tl.range(tl.program_id(0), {programs}, {H100.parallel_units}, flatten=True):" in emitted.text
+    assert not any(v.persistent for v in variants.dot_variants(kernel, H100, units=programs)), "one wave: none"
 
 
 def test_attention_tries_wider_key_value_tiles():
@@ -133,7 +149,11 @@ def test_any_matmul_shape_gets_fitting_variants(m, n, k):
 # ----- variant code in the interpreter ----------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["matmul_epilogue", "batch_matmul", "conv_relu", "attention", "matmul_f16"])
 def test_every_variant_computes_the_same_result(name):
-    assert _variants_match_the_reference(parse(CASES[name])) >= 2, "some kernel has variants"
+    """Every variant, a persistent one of a single program among them where the grid has several tiles."""
+    tried = _variants_match_the_reference(parse(CASES[name]), units=1)
+    assert len(tried) >= 2, "some kernel has variants"
+    # (the matmuls' best tilings are one tile: no persistent variant)
+    assert any(v.persistent == 1 for v in tried) or name.startswith("matmul"), "a best tiling of several tiles"
 
 
 @settings(max_examples=10, deadline=None)
@@ -149,29 +169,31 @@ def test_every_variant_of_a_random_convolution_computes_the_same_result(data):
     pad = data.draw(st.integers(0, k // 2 * dilation))
     hw = data.draw(st.integers(dilation * (k - 1) + 1, 11))
     dtype = data.draw(st.sampled_from(["f32", "bf16"]))
+    units = data.draw(st.sampled_from([1, 3]))  # a persistent variant's programs
     out = (hw + 2 * pad - dilation * (k - 1) - 1) // stride + 1
     x, w, y = f"{dtype}[{n}, {c}, {hw}, {hw}]", f"{dtype}[{f}, {c}, {k}, {k}]", f"{dtype}[{n}, {f}, {out}, {out}]"
     conv = f"conv2d(x, w, stride=[{stride}, {stride}], padding=[{pad}, {pad}], dilation=[{dilation}, {dilation}])"
     graph = parse(f"def f(x: {x}, w: {w}) -> {y} {{ return relu({conv}) }}")
-    _variants_match_the_reference(graph, tf32=True)
+    _variants_match_the_reference(graph, units, tf32=True)
 
 
-def _variants_match_the_reference(graph, **options) -> int:
-    """Run every block-size variant of every dot kernel against the reference; how many ran."""
+def _variants_match_the_reference(graph, units: int | None = None, **options) -> list[variants.Variant]:
+    """Run every block-size variant of every dot kernel against the reference (persistent ones of `units`
+    programs where a grid has more tiles); the variants that ran."""
     fn = tilegraph.compile(graph, target="triton", **options)
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
     state = tuner.state_of(fn)
-    tried = 0
+    tried = []
     for position, source in enumerate(fn.generated.kernels):
         if source is None or not source.uses_dot:
             continue
-        proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target)
+        proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target, units=units)
         for variant, function, grid in tuner.variant_functions(fn, position, source, proposed):
             tuner.install(fn, state, source, function, grid)
             assert_same(fn(*inputs), want, [v.type for v in graph.outputs], max(half_precision(graph),
                                                                                  precision_in_force(fn)))
-            tried += 1
+            tried.append(variant)
         tuner.install(fn, state, source)
     return tried
 
@@ -227,6 +249,8 @@ def test_cache_keeps_tiles_and_reads_old_entries(tmp_path):
     cache = autotune.ConfigCache(path)
     choice = autotune.Choice(8, 3, (("d0", 128), ("d1", 64), ("d2", 32)), 4)
     cache.put("new", choice)
+    persistent = autotune.Choice(8, 3, (("d0", 128), ("d1", 64), ("d2", 32)), 8, persistent=132)
+    cache.put("persistent", persistent)
     cache.put("plain", (4, 2))
     data = json.loads(path.read_text())
     data["old"] = [8, 4]
@@ -234,6 +258,7 @@ def test_cache_keeps_tiles_and_reads_old_entries(tmp_path):
     path.write_text(json.dumps(data))
     again = autotune.ConfigCache(path)
     assert again.get("new") == choice and again.get("plain") == autotune.Choice(4, 2)
+    assert again.get("persistent") == persistent
     assert again.get("old") == autotune.Choice(8, 4) and again.get("broken") is None and again.get("none") is None
 
 
@@ -303,6 +328,27 @@ def test_first_run_installs_the_fastest_variant_and_caches_it(monkeypatch, capsy
     assert_same(again(*inputs), want, [v.type for v in graph.outputs])
 
 
+def test_a_persistent_winner_is_cached_and_installed_again(monkeypatch):
+    """The persistent variant wins on a device of one SM: cached with its programs, and a new build launches it
+    again as one program over every tile, with the reference's results."""
+    monkeypatch.setattr(tuner, "_device_units", lambda: 1)
+    graph = parse(CASES["batch_matmul"])
+    fn = tilegraph.compile(graph, target="triton")
+    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
+    proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target, units=1)
+    fastest = next(n for n, v in enumerate(proposed) if v.persistent)
+    _tune_once(fn, monkeypatch, fastest=fastest)
+    entry = autotune.ConfigCache().get(autotune.config_key(fn.generated.kernels[position].text, "Fake H100"))
+    assert entry.persistent == 1 and entry.tiles == proposed[fastest].tiles
+    again = tilegraph.compile(graph, target="triton")
+    assert _tune_once(again, monkeypatch, fastest=fastest).calls == 0
+    installed = getattr(again.module(), again.generated.kernels[position].function)
+    assert isinstance(installed, tuner.VariantLaunch) and installed.grid == 1
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs, params={v.name: a for v, a in again.params.items()})
+    assert_same(again(*inputs), want, [v.type for v in graph.outputs])
+
+
 def test_the_programs_own_tiles_can_win(monkeypatch):
     fn = tilegraph.compile(parse(CASES["matmul_epilogue"]), target="triton")
     _tune_once(fn, monkeypatch, fastest=0)
@@ -364,7 +410,8 @@ def test_a_spent_budget_leaves_kernels_as_generated_and_uncached(monkeypatch):
 
 
 def test_variants_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
-    """The variants are real sm_90 code whose shared memory fits (a few of a conv's and attention's)."""
+    """The variants are real sm_90 code whose shared memory fits (a few of a conv's and attention's, and their
+    persistent kernels, whose flattened loop nest the pipeliner takes)."""
     from tilegraph.backends.triton import hopper
     from tilegraph.backends.triton.module import GeneratedModule
 
@@ -374,7 +421,9 @@ def test_variants_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
         generated = fn.generated
         (position,) = [i for i, s in enumerate(generated.kernels) if s is not None and s.uses_dot]
         kernel, function = fn.program.kernels[position], generated.kernels[position].function
-        proposed = variants.dot_variants(kernel, fn.program.target)[:3]
+        found = variants.dot_variants(kernel, fn.program.target)
+        proposed = [*found[:3], *(v for v in found if v.persistent)]
+        assert proposed[-1].persistent
         emitted = [variants.emit_variant(kernel, v, f"{function}_v{n}", False, generated.names,
                                          layouts=generated.layouts) for n, v in enumerate(proposed)]
         module = GeneratedModule(generated.text + "\n\n" + "\n\n".join(e.text for e in emitted), generated.names,
