@@ -175,14 +175,15 @@ class Launcher:
         for step, source in kernels:
             args = [env[i] for i in self.argument_slots(source)]
 
-            def launch(warps: int, stages: int, source=source, args=args):
+            def launch(warps: int, stages: int, source=source, args=args):  # (args: the tuner's probe copies too)
                 return getattr(module, source.function)[(source.grid,)](*args, num_warps=warps, num_stages=stages)
 
             def warm(fn, grid: int, warps: int, stages: int, args=args):
                 if hasattr(fn, "warmup"):  # (the interpreter's functions compile nothing)
                     fn.warmup(*args, grid=(grid,), num_warps=warps, num_stages=stages)
 
-            program.configs[step.position] = program._tune(step.position, launch, source, self.device, cache, warm)
+            program.configs[step.position] = program._tune(step.position, launch, source, self.device, cache, warm,
+                                                           args)
         program.tuned = True
 
     def _launch(self, step: Step, args: list[Any], warps: int, stages: int):

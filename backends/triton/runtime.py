@@ -153,11 +153,11 @@ class TritonProgram(CompiledProgram):
             launcher.tune(inputs)
         return launcher(*inputs)
 
-    def _tune(self, position, launch, source, device, cache, warm=None) -> tuple[int, int]:
+    def _tune(self, position, launch, source, device, cache, warm=None, args=None) -> tuple[int, int]:
         """(warps, stages) for kernel `position`, its block-size variant installed (`tuner.tune_kernel`)."""
         from .tuner import tune_kernel
 
-        return tune_kernel(self, position, launch, source, device, cache, warm)
+        return tune_kernel(self, position, launch, source, device, cache, warm, args)
 
     def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         device = self._device()

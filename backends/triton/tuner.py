@@ -5,7 +5,9 @@ one line printed when it starts) a dot kernel's variants (`variants.dot_variants
 functions of a module of their own and timed (3 stages; 4 warps, 8 for big blocks); the fastest is
 installed in place of the kernel's function in the generated module (the launch step looks the
 function up when it runs, so it launches the variant on its own grid), then warps and stages are
-timed for it. A kernel that is one matmul (and an add, a short epilogue) or starts with one convolution also
+timed for it. Before it is timed, each candidate runs once on copies of the kernel's arguments and must give the
+generated kernel's results (`crosscheck.py`): one that does not is reported and never installed. A kernel that is
+one matmul (and an add, a short epilogue) or starts with one convolution also
 times its library call (`library.py`: cuBLAS; `library_conv.py`: cuDNN, then the kernel's other ops generated),
 right after its own tiling and before the other variants compile, so that compiles which take the kernel's whole
 share never leave it out; if that wins, there are no warps and stages to time. Past the budget, such a kernel
@@ -18,10 +20,11 @@ then the winner's warps and stages) compiles side by side before any of the set 
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import autotune, library, library_conv, variants
+from . import autotune, crosscheck, library, library_conv, variants
 from .launch import parallel_compiles
 
 VARIANT_STAGES = 3  # pipeline stages the variants are compared at (4 warps, 8 for 128x128 blocks and up)
@@ -50,6 +53,7 @@ class TuningState:
     launches: dict[str, tuple] = field(default_factory=dict)  # key -> (variant function, grid) installed
     originals: dict[str, object] = field(default_factory=dict)
     modules: list = field(default_factory=list)
+    rejected: dict[str, dict[str, float]] = field(default_factory=dict)  # function -> {candidate: its deviation}
 
 
 def state_of(compiled) -> TuningState:
@@ -122,9 +126,11 @@ def installed(compiled, source) -> tuple[object, int]:
 
 
 def tune_kernel(compiled, position: int, launch, source, device, cache: autotune.ConfigCache,
-                warm: Warm | None = None) -> tuple[int, int]:
+                warm: Warm | None = None, args: Sequence | None = None) -> tuple[int, int]:
     """The (warps, stages) to launch kernel `position` with, its block-size variant installed. `warm`
-    compiles a candidate without launching it (None: each compiles at its first launch)."""
+    compiles a candidate without launching it (None: each compiles at its first launch); `args`: the kernel's
+    arguments, which `launch(warps, stages, args=...)` also takes, to cross-check candidates on copies of them
+    (None: unchecked)."""
     import torch
 
     state = state_of(compiled)
@@ -147,7 +153,7 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     if budget.spent():
         budget.skipped.append(source.function)
         if source.uses_dot:
-            _library_if_faster(compiled, state, position, launch, source, warm)
+            _library_if_faster(compiled, state, position, launch, source, warm, args)
         return compiled.configs[position]
     now = budget.clock()
     state.left.discard(autotune.canonical(source.text))
@@ -157,7 +163,7 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     chosen_variant, configs = None, autotune.candidates(source.uses_dot)
     if source.uses_dot:
         chosen_variant, times["tiles"], timed_at = _tune_tiles(compiled, state, position, launch, source, deadline,
-                                                               budget.clock, key, warm)
+                                                               budget.clock, key, warm, args)
         if chosen_variant is not None and chosen_variant.library:  # no warps or stages to time
             compiled.timings[position] = times
             choice = autotune.Choice(*timed_at, library=True)
@@ -226,9 +232,38 @@ def _candidates(compiled, position, source) -> list[tuple[variants.Variant, obje
     return found
 
 
-def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None):
-    """Time the kernel's block-size variants (and library call); install the fastest. (variant or None, {label:
-    ms}, the (warps, stages) the winner was timed at, or None when nothing was timed)."""
+def _cross_check(compiled, position: int, source, args, run) -> crosscheck.CrossCheck | None:
+    """The generated kernel's results on probe copies of its arguments (None without arguments, or if the
+    generated kernel itself cannot run on them)."""
+    if args is None:
+        return None
+    kernel = compiled.program.kernels[position]
+    written = [n for n, value in enumerate(source.args) if value in kernel.outputs]
+    shared = [n for n, value in enumerate(source.args) if value in compiled.params]
+    try:
+        return crosscheck.CrossCheck.of(args, written, shared, run)
+    except Exception:  # noqa: BLE001 (the candidates are then timed unchecked, as before cross-checks)
+        return None
+
+
+def _agrees(state, check: crosscheck.CrossCheck | None, source, label: str, run) -> bool:
+    """Whether the installed candidate gives the generated kernel's results (True when unchecked); a candidate
+    that does not is reported once and kept in `state.rejected`."""
+    if check is None:
+        return True
+    deviation = check.deviation(run)
+    if deviation <= crosscheck.TOLERANCE:
+        return True
+    state.rejected.setdefault(source.function, {})[label] = deviation
+    print(f"tilegraph: {source.function}: {label} left out: its results differ from the generated kernel's by "
+          f"{deviation:.3g} of their magnitude", file=sys.stderr, flush=True)
+    return False
+
+
+def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key, warm=None, args=None):
+    """Time the kernel's block-size variants (and library call), each cross-checked first against the generated
+    kernel where `args` are given; install the fastest. (variant or None, {label: ms}, the (warps, stages) the
+    winner was timed at, or None when nothing was timed)."""
     kernel = compiled.program.kernels[position]
     loaded = _candidates(compiled, position, source)
     if len(loaded) <= 1:
@@ -237,15 +272,24 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
     generated = installed(compiled, source)
     warps_of = [_variant_warps(kernel, variant) for variant, _, _ in loaded]
     times = {}
+    checks = []  # the generated kernel's results on probe copies, once it is compiled (first set, on the pool)
 
     def time_each(positions) -> None:
         _warm_all(warm, [(*(generated if n == 0 else loaded[n][1:]), warps_of[n], VARIANT_STAGES) for n in positions])
+        if not checks:
+            install(compiled, state, source)
+            checks.append(_cross_check(compiled, position, source, args,
+                                       lambda probe: launch(warps_of[0], VARIANT_STAGES, args=probe)))
+        check = checks[0]
         for n in positions:
             variant, fn, grid = loaded[n]
             if n and not variant.library and clock() >= deadline:
                 return
             try:
                 install(compiled, state, source, None if n == 0 else fn, grid)
+                if n and not _agrees(state, check, source, variant.label(),
+                                     lambda probe: launch(warps_of[n], VARIANT_STAGES, args=probe)):
+                    continue
                 times[variant.label()] = autotune.measure(lambda: launch(warps_of[n], VARIANT_STAGES))
             except Exception:  # a tiling this device cannot run
                 continue
@@ -266,7 +310,7 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
     return (None if n == 0 else variant), times, (warps_of[n], VARIANT_STAGES)
 
 
-def _library_if_faster(compiled, state, position, launch, source, warm=None) -> None:
+def _library_if_faster(compiled, state, position, launch, source, warm=None, args=None) -> None:
     """Past the budget: the generated kernel (untuned) and its library call timed once each (no compiles but
     the kernel's own, which its first launch needs anyway), the faster installed; not cached, so that a run with
     more budget tunes the kernel in full."""
@@ -276,9 +320,13 @@ def _library_if_faster(compiled, state, position, launch, source, warm=None) -> 
     warps, stages = compiled.configs[position]
     _warm_all(warm, [(*installed(compiled, source), warps, stages)])
     times = {}
+    check = _cross_check(compiled, position, source, args, lambda probe: launch(warps, stages, args=probe))
     try:
         times["generated"] = autotune.measure(lambda: launch(warps, stages))
         install(compiled, state, source, call, source.grid)
+        if not _agrees(state, check, source, library.LABEL, lambda probe: launch(warps, stages, args=probe)):
+            install(compiled, state, source)
+            return
         times[library.LABEL] = autotune.measure(lambda: launch(warps, stages))
     except Exception:  # noqa: BLE001 (either failing: the generated kernel stays)
         install(compiled, state, source)

@@ -13,7 +13,9 @@
 # compete in the tuner; then the batch-1 rows, which have never run on a GPU:
 #   python3 benchmarks/triton_gpu.py --quick --batch 1 --only resnet18_basic_block,llama_decoder_block,mobilenetv2 \
 #     --budget 200 --out $OUT/batch1.md
-# and `triton 0 300` for the rest.
+# and `triton 0 300` for the rest. Since 7368788 the tuner also times a persistent version of each many-wave dot
+# kernel's best tiling (label "... persistent 132" in the log's per-kernel tuning lines): whether it wins is in
+# those lines.
 set -uo pipefail
 WHAT=${1:-all}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -212,6 +212,28 @@ def test_a_variant_launch_replaces_the_function_and_its_grid():
     assert getattr(fn.module(), source.function) is state.originals[source.function]
 
 
+# ----- cross-checks -----------------------------------------------------------------------------------------
+def test_a_cross_check_tells_rounding_from_wrong_results():
+    """Probe copies: parameters shared, inputs drawn at random, outputs refilled with NaN before each run; a
+    deviation is relative to the generated outputs' largest magnitude, inf for an output left unwritten."""
+    from tilegraph.backends.triton import crosscheck
+
+    weight, x, out = torch.ones(4, 4), torch.zeros(3, 4), torch.zeros(3, 4)
+
+    def generated(args):
+        torch.matmul(args[1], args[0], out=args[2])
+
+    check = crosscheck.CrossCheck.of([weight, x, out], written=[2], shared=[0], run=generated)
+    assert check.probe[0] is weight and check.probe[1] is not x and check.probe[1].abs().sum() > 0
+    assert torch.equal(out, torch.zeros(3, 4)), "the arguments themselves are left as they were"
+    assert check.deviation(generated) == 0.0
+    rounded = lambda args: generated(args) or args[2].copy_(args[2].bfloat16().float())  # noqa: E731
+    assert 0 < check.deviation(rounded) < crosscheck.TOLERANCE
+    half = lambda args: generated(args) or args[2][1:].zero_()  # noqa: E731
+    assert check.deviation(half) > crosscheck.TOLERANCE
+    assert check.deviation(lambda args: None) == float("inf"), "nothing written: the NaN fill shows"
+
+
 # ----- keys and the cache ---------------------------------------------------------------------------------
 def test_kernels_equal_up_to_names_share_a_key():
     two = parse("""def f(x: f32[64, 64], w1: f32[64, 64], w2: f32[64, 64]) -> f32[64, 64] {
@@ -319,6 +341,7 @@ def test_first_run_installs_the_fastest_variant_and_caches_it(monkeypatch, capsy
     want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
     assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
     assert fake.calls == len(times["tiles"]) + len(times["config"])
+    assert tuner.state_of(fn).rejected == {}, "every candidate gave the generated kernel's results"
     # a second process (a new build) finds the winner on disk: installed without timing
     again = tilegraph.compile(graph, target="triton")
     second = _tune_once(again, monkeypatch, fastest=2)
@@ -347,6 +370,43 @@ def test_a_persistent_winner_is_cached_and_installed_again(monkeypatch):
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs, params={v.name: a for v, a in again.params.items()})
     assert_same(again(*inputs), want, [v.type for v in graph.outputs])
+
+
+def test_a_candidate_whose_results_differ_is_never_installed(monkeypatch, capsys):
+    """A variant that writes nothing (as a miscompiled one might) is the fastest by the timer's table, but on the
+    probe copies its results differ from the generated kernel's: reported, left untimed, and the next fastest
+    installed."""
+    graph = parse(CASES["matmul_epilogue"])
+    fn = tilegraph.compile(graph, target="triton")
+    proposed = variants.dot_variants(fn.program.kernels[0], fn.program.target)
+    original = tuner.variant_functions
+
+    class WritesNothing:
+        __name__ = "kernel_broken_v2"
+
+        def __getitem__(self, grid):
+            return self
+
+        def __call__(self, *args, **kwargs):
+            pass
+
+    def with_a_broken_one(compiled, position, source, chosen):
+        found = original(compiled, position, source, chosen)
+        if len(found) > 2:
+            found[2] = (found[2][0], WritesNothing(), found[2][2])
+        return found
+
+    monkeypatch.setattr(tuner, "variant_functions", with_a_broken_one)
+    _tune_once(fn, monkeypatch, fastest=2)
+    source = fn.generated.kernels[0]
+    assert tuner.state_of(fn).rejected == {source.function: {proposed[2].label(): float("inf")}}
+    assert f"{source.function}: {proposed[2].label()} left out" in capsys.readouterr().err
+    assert proposed[2].label() not in fn.timings[0]["tiles"]
+    installed = getattr(fn.module(), source.function)
+    assert isinstance(installed, tuner.VariantLaunch) and not isinstance(installed.fn, WritesNothing)
+    inputs = reference.random_inputs(graph)
+    want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
+    assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
 
 
 def test_the_programs_own_tiles_can_win(monkeypatch):
