@@ -153,7 +153,7 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     if budget.spent():
         budget.skipped.append(source.function)
         if source.uses_dot:
-            _library_if_faster(compiled, state, position, launch, source, warm, args)
+            _library_if_faster(compiled, state, position, launch, source, key, warm, args)
         return compiled.configs[position]
     now = budget.clock()
     state.left.discard(autotune.canonical(source.text))
@@ -166,10 +166,9 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
                                                                budget.clock, key, warm, args)
         if chosen_variant is not None and chosen_variant.library:  # no warps or stages to time
             compiled.timings[position] = times
-            choice = autotune.Choice(*timed_at, library=True)
+            choice = state.chosen[key] = autotune.Choice(*timed_at, library=True)
             if budget.clock() < deadline:
                 cache.put(key, choice)
-                state.chosen[key] = choice
             return choice.config
         # the winner's own (warps, stages) first: the one always timed, so a deadline that cuts the rest
         # never leaves a 256 x 128 block at 4 warps (its accumulator alone would fill the registers)
@@ -183,9 +182,12 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     choice = autotune.Choice(*best) if chosen_variant is None else \
         autotune.Choice(*best, tiles=chosen_variant.tiles, group_m=chosen_variant.group_m,
                         persistent=chosen_variant.persistent)
+    # kept for this program's kernels equal to this one whatever the deadline cut (their module functions are
+    # one: tuning them again past the budget put the generated kernel back under a repeated layer), cached on
+    # disk only when complete, so that a run with more budget tunes the rest
+    state.chosen[key] = choice
     if complete:
         cache.put(key, choice)
-        state.chosen[key] = choice
     return best
 
 
@@ -310,10 +312,10 @@ def _tune_tiles(compiled, state, position, launch, source, deadline, clock, key,
     return (None if n == 0 else variant), times, (warps_of[n], VARIANT_STAGES)
 
 
-def _library_if_faster(compiled, state, position, launch, source, warm=None, args=None) -> None:
+def _library_if_faster(compiled, state, position, launch, source, key, warm=None, args=None) -> None:
     """Past the budget: the generated kernel (untuned) and its library call timed once each (no compiles but
-    the kernel's own, which its first launch needs anyway), the faster installed; not cached, so that a run with
-    more budget tunes the kernel in full."""
+    the kernel's own, which its first launch needs anyway), the faster installed and kept for the program's
+    kernels equal to it; not cached, so that a run with more budget tunes the kernel in full."""
     call = library_candidate(compiled, position, source) if library.enabled() else None
     if call is None:
         return
@@ -332,8 +334,11 @@ def _library_if_faster(compiled, state, position, launch, source, warm=None, arg
         install(compiled, state, source)
         return
     compiled.timings[position] = {"tiles": times}
-    if min(times, key=times.get) == "generated":
+    won = min(times, key=times.get) == library.LABEL
+    if not won:
         install(compiled, state, source)
+    state.launches[key] = (call, source.grid) if won else (None, None)
+    state.chosen[key] = autotune.Choice(warps, stages, library=won)
 
 
 def _install_choice(compiled, state, position, source, choice: autotune.Choice, key: str) -> bool:

@@ -509,3 +509,31 @@ def test_a_repeated_layer_takes_the_variant_tuned_for_the_first(monkeypatch):
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
     assert_same(fn(*inputs), want, [v.type for v in graph.outputs])
+
+
+def test_a_repeated_layer_keeps_the_variant_when_the_deadline_cut_the_first_ones_tuning(monkeypatch):
+    """The budget ends while the first layer's warps and stages are timed: its variant stays installed, and the
+    second layer (the same kernel up to names) takes it too, untimed. It took the generated kernel, timed past
+    the budget against its library call: GPT-2's two MLP-up kernels ran as kernel_k10_v6 and kernel_k10 on an
+    H100 (0.044 and 0.060 ms)."""
+    graph = parse("""def f(x: f32[64, 64], w1: f32[64, 64], w2: f32[64, 64]) -> f32[64, 64] {
+        return relu(relu(x @ w1) @ w2)
+    }""")
+    fn = tilegraph.compile(graph, target="triton")
+    now = [0.0]
+    tuner.state_of(fn).budget.clock = lambda: now[0]
+    original = tuner._tune_tiles
+
+    def then_the_deadline(*args, **kwargs):
+        result = original(*args, **kwargs)
+        now[0] = 1e9
+        return result
+
+    monkeypatch.setattr(tuner, "_tune_tiles", then_the_deadline)
+    _tune_once(fn, monkeypatch, fastest=1)
+    first, second = [s for s in fn.generated.kernels if s is not None]
+    module = fn.module()
+    a, b = getattr(module, first.function), getattr(module, second.function)
+    assert isinstance(a, tuner.VariantLaunch) and isinstance(b, tuner.VariantLaunch) and a.fn is b.fn
+    assert list(fn.timings) == [0], "the second layer is not timed again"
+    assert autotune.ConfigCache().data == {}, "a cut tuning is not cached: a run with more budget tunes it in full"
