@@ -325,6 +325,20 @@ def _tune_once(fn, monkeypatch, fastest: int) -> FakeDevice:
     return fake
 
 
+def _deadline_after_the_tiles(fn, monkeypatch) -> None:
+    """The tuning budget of `fn` ends as soon as its first kernel's block sizes are timed."""
+    now = [0.0]
+    tuner.state_of(fn).budget.clock = lambda: now[0]
+    original = tuner._tune_tiles
+
+    def then_the_deadline(*args, **kwargs):
+        result = original(*args, **kwargs)
+        now[0] = 1e9
+        return result
+
+    monkeypatch.setattr(tuner, "_tune_tiles", then_the_deadline)
+
+
 def test_first_run_installs_the_fastest_variant_and_caches_it(monkeypatch, capsys):
     graph = parse(CASES["matmul_epilogue"])
     fn = tilegraph.compile(graph, target="triton")
@@ -428,16 +442,7 @@ def test_a_deadline_after_the_tiles_keeps_the_warps_the_winner_was_timed_at(monk
     kernel = fn.program.kernels[position]
     proposed = variants.dot_variants(kernel, fn.program.target)
     wide = next(n for n, v in enumerate(proposed) if n and tuner._variant_warps(kernel, v) == 8)
-    now = [0.0]
-    tuner.state_of(fn).budget.clock = lambda: now[0]
-    original = tuner._tune_tiles
-
-    def then_the_deadline(*args, **kwargs):
-        result = original(*args, **kwargs)
-        now[0] = 1e9
-        return result
-
-    monkeypatch.setattr(tuner, "_tune_tiles", then_the_deadline)
+    _deadline_after_the_tiles(fn, monkeypatch)
     _tune_once(fn, monkeypatch, fastest=wide)
     times = fn.timings[position]
     assert min(times["tiles"], key=times["tiles"].get) == proposed[wide].label()
@@ -520,16 +525,7 @@ def test_a_repeated_layer_keeps_the_variant_when_the_deadline_cut_the_first_ones
         return relu(relu(x @ w1) @ w2)
     }""")
     fn = tilegraph.compile(graph, target="triton")
-    now = [0.0]
-    tuner.state_of(fn).budget.clock = lambda: now[0]
-    original = tuner._tune_tiles
-
-    def then_the_deadline(*args, **kwargs):
-        result = original(*args, **kwargs)
-        now[0] = 1e9
-        return result
-
-    monkeypatch.setattr(tuner, "_tune_tiles", then_the_deadline)
+    _deadline_after_the_tiles(fn, monkeypatch)
     _tune_once(fn, monkeypatch, fastest=1)
     first, second = [s for s in fn.generated.kernels if s is not None]
     module = fn.module()
