@@ -182,9 +182,9 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     choice = autotune.Choice(*best) if chosen_variant is None else \
         autotune.Choice(*best, tiles=chosen_variant.tiles, group_m=chosen_variant.group_m,
                         persistent=chosen_variant.persistent)
-    # kept for this program's kernels equal to this one whatever the deadline cut (their module functions are
-    # one: tuning them again past the budget put the generated kernel back under a repeated layer), cached on
-    # disk only when complete, so that a run with more budget tunes the rest
+    # kept for this program's kernels equal to this one whatever the deadline cut (a repeated layer tuned again
+    # past the budget kept its generated kernel), cached on disk only when complete, so that a run with more
+    # budget tunes the rest
     state.chosen[key] = choice
     if complete:
         cache.put(key, choice)
