@@ -11,9 +11,10 @@ many SMs idle (`tile_model.ragged`), then by off-chip traffic, and half the pick
 tilings (one loop per dot side, so operands load as plain 2-D blocks: for a convolution, n, oh, kh and kw
 walked one at a time, an implicit GEMM over ow x f x c). `emit_variant` emits one as its own function
 (`Kernel.with_tiles`; GROUP_M, the row tiles per launch group of a tiled matmul, as given). The Program's own
-tiling is always variant 0. A grid of several waves also gets its best tiling as a persistent kernel (a program
-per SM, each walking tiles a stride apart): whether that pays (prologues saved, one tile's epilogue overlapping
-the next one's loads) depends on the device, so the tuner times it like any other variant.
+tiling is always variant 0. A grid of several waves of tiles that each hold an SM alone also gets its best
+tiling as a persistent kernel (a program per SM, each walking tiles a stride apart): whether that pays
+(prologues saved, one tile's epilogue overlapping the next one's loads) depends on the device, so the tuner
+times it like any other variant.
 """
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ MAX_K = 128
 STAGES = 3  # pipeline stages the shared-memory check allows for
 GRID_LIMIT = 512  # tilings tried per kernel before the model ranks them
 GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling of a grouped matmul
+# a tiling whose accumulators reach this many elements holds an SM alone (128 x 128 f32 is half its registers):
+# only such a kernel is also tried persistent, one program per SM; smaller tiles already share an SM several at
+# a time (ResNet-50's 64 x 56 conv tiles: 61-110 registers, 24-48 KiB in the sm_90 build)
+PERSISTENT_ACCUMULATOR = 128 * 128
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,8 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
     best first by the tile model (off-chip traffic over the tensors as stored, `orders` the Program's
     layouts; fewer programs than SMs ranked last), then GROUP_M choices on the best tiling of a grouped
     matmul, then the best tiling as a persistent kernel of `units` programs (the device's SMs; default the
-    target's) where it has more tiles than that. Empty for a kernel without tl.dot."""
+    target's) where it has more tiles than that and holds an SM alone (`PERSISTENT_ACCUMULATOR`). Empty for a
+    kernel without tl.dot."""
     options = options or TritonOptions()
     target = target if target is not None and target.kind == "gpu" else load_target("gpu-h100")
     units = units or target.parallel_units or 132
@@ -183,8 +189,8 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
     shape = dot_shape(kernel.with_tiles(best.tiles), options)
     if shape is not None and shape.grouped:
         out += [Variant(best.tiles, g) for g in GROUP_CHOICES]
-    if shape is not None and shape.programs > units:  # several waves: one program per SM may save their
-        out.append(Variant(best.tiles, persistent=units))  # prologues and overlap each tile's epilogue
+    if shape is not None and shape.programs > units and shape.accumulator >= PERSISTENT_ACCUMULATOR:
+        out.append(Variant(best.tiles, persistent=units))  # one program per SM, each walking several tiles
     return out
 
 

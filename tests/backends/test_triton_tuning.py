@@ -7,6 +7,7 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"
 
+import dataclasses  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 
@@ -82,10 +83,10 @@ def test_grouped_matmuls_also_try_other_group_sizes():
     assert {v.tiles for v in found if v.group_m != variants.GROUP_M} == {found[1].tiles}
 
 
-@pytest.mark.parametrize("source", [BIG_MATMUL, BIG_CONV, BIG_ATTENTION])
+@pytest.mark.parametrize("source", [BIG_MATMUL, BIG_ATTENTION])
 def test_kernels_of_several_waves_also_try_a_persistent_kernel(source):
     """The best tiling again as one program per SM, each walking the tiles a stride apart: where the grid has more
-    tiles than the device has SMs, and only there."""
+    tiles than the device has SMs and each tile holds an SM alone, and only there."""
     kernel = dot_kernel(source)
     found = variants.dot_variants(kernel, H100)
     (persistent,) = [v for v in found if v.persistent]
@@ -96,6 +97,16 @@ def test_kernels_of_several_waves_also_try_a_persistent_kernel(source):
     assert emitted.grid == H100.parallel_units < programs
     assert f"for tile in tl.range(tl.program_id(0), {programs}, {H100.parallel_units}, flatten=True):" in emitted.text
     assert not any(v.persistent for v in variants.dot_variants(kernel, H100, units=programs)), "one wave: none"
+
+
+def test_small_tiles_are_not_tried_persistent():
+    """A convolution whose best tiles are 64 x 64 (several share an SM) has thousands of them, but no persistent
+    candidate: one program per SM would leave most of each SM idle."""
+    kernel = dot_kernel(BIG_CONV)
+    found = variants.dot_variants(kernel, H100)
+    shape = variants.dot_shape(kernel.with_tiles(found[1].tiles))
+    assert shape.programs > H100.parallel_units and shape.accumulator < variants.PERSISTENT_ACCUMULATOR
+    assert not any(v.persistent for v in found)
 
 
 def test_attention_tries_wider_key_value_tiles():
@@ -149,11 +160,10 @@ def test_any_matmul_shape_gets_fitting_variants(m, n, k):
 # ----- variant code in the interpreter ----------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["matmul_epilogue", "batch_matmul", "conv_relu", "attention", "matmul_f16"])
 def test_every_variant_computes_the_same_result(name):
-    """Every variant, a persistent one of a single program among them where the grid has several tiles."""
-    tried = _variants_match_the_reference(parse(CASES[name]), units=1)
+    """Every variant, and the Program's own and the best of them again as a persistent kernel of one program."""
+    tried = _variants_match_the_reference(parse(CASES[name]), persistent=1)
     assert len(tried) >= 2, "some kernel has variants"
-    # (the matmuls' best tilings are one tile: no persistent variant)
-    assert any(v.persistent == 1 for v in tried) or name.startswith("matmul"), "a best tiling of several tiles"
+    assert any(v.persistent == 1 for v in tried), "a variant of several tiles"
 
 
 @settings(max_examples=10, deadline=None)
@@ -169,17 +179,18 @@ def test_every_variant_of_a_random_convolution_computes_the_same_result(data):
     pad = data.draw(st.integers(0, k // 2 * dilation))
     hw = data.draw(st.integers(dilation * (k - 1) + 1, 11))
     dtype = data.draw(st.sampled_from(["f32", "bf16"]))
-    units = data.draw(st.sampled_from([1, 3]))  # a persistent variant's programs
     out = (hw + 2 * pad - dilation * (k - 1) - 1) // stride + 1
     x, w, y = f"{dtype}[{n}, {c}, {hw}, {hw}]", f"{dtype}[{f}, {c}, {k}, {k}]", f"{dtype}[{n}, {f}, {out}, {out}]"
     conv = f"conv2d(x, w, stride=[{stride}, {stride}], padding=[{pad}, {pad}], dilation=[{dilation}, {dilation}])"
     graph = parse(f"def f(x: {x}, w: {w}) -> {y} {{ return relu({conv}) }}")
-    _variants_match_the_reference(graph, units, tf32=True)
+    persistent = data.draw(st.sampled_from([1, 3]))  # a persistent variant's programs (drawn last: the shapes
+    _variants_match_the_reference(graph, persistent, tf32=True)  # stay those drawn before it was added)
 
 
-def _variants_match_the_reference(graph, units: int | None = None, **options) -> list[variants.Variant]:
-    """Run every block-size variant of every dot kernel against the reference (persistent ones of `units`
-    programs where a grid has more tiles); the variants that ran."""
+def _variants_match_the_reference(graph, persistent: int = 0, **options) -> list[variants.Variant]:
+    """Run every block-size variant of every dot kernel against the reference, and each of more than `persistent`
+    tiles among the first two (the Program's own and the model's best) again as a persistent kernel of that many
+    programs; the variants that ran."""
     fn = tilegraph.compile(graph, target="triton", **options)
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs, params={v.name: a for v, a in fn.params.items()})
@@ -188,7 +199,10 @@ def _variants_match_the_reference(graph, units: int | None = None, **options) ->
     for position, source in enumerate(fn.generated.kernels):
         if source is None or not source.uses_dot:
             continue
-        proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target, units=units)
+        kernel = fn.program.kernels[position]
+        proposed = variants.dot_variants(kernel, fn.program.target)
+        proposed += [dataclasses.replace(v, persistent=persistent) for v in proposed[:2] if persistent and
+                     variants.dot_shape(kernel.with_tiles(v.tiles)).programs > persistent]
         for variant, function, grid in tuner.variant_functions(fn, position, source, proposed):
             tuner.install(fn, state, source, function, grid)
             assert_same(fn(*inputs), want, [v.type for v in graph.outputs], max(half_precision(graph),
@@ -369,6 +383,7 @@ def test_a_persistent_winner_is_cached_and_installed_again(monkeypatch):
     """The persistent variant wins on a device of one SM: cached with its programs, and a new build launches it
     again as one program over every tile, with the reference's results."""
     monkeypatch.setattr(tuner, "_device_units", lambda: 1)
+    monkeypatch.setattr(variants, "PERSISTENT_ACCUMULATOR", 1)  # this small product's tiles too
     graph = parse(CASES["batch_matmul"])
     fn = tilegraph.compile(graph, target="triton")
     (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None]
@@ -487,8 +502,7 @@ def test_variants_compile_for_hopper_without_a_gpu(tmp_path, monkeypatch):
         (position,) = [i for i, s in enumerate(generated.kernels) if s is not None and s.uses_dot]
         kernel, function = fn.program.kernels[position], generated.kernels[position].function
         found = variants.dot_variants(kernel, fn.program.target)
-        proposed = [*found[:3], *(v for v in found if v.persistent)]
-        assert proposed[-1].persistent
+        proposed = [*found[:3], dataclasses.replace(found[1], persistent=H100.parallel_units)]
         emitted = [variants.emit_variant(kernel, v, f"{function}_v{n}", False, generated.names,
                                          layouts=generated.layouts) for n, v in enumerate(proposed)]
         module = GeneratedModule(generated.text + "\n\n" + "\n\n".join(e.text for e in emitted), generated.names,
