@@ -129,6 +129,36 @@ def test_block_size_variants_are_timed_installed_and_cached(tmp_path, monkeypatc
     assert again.timings == {}, "the winner came from the cache"
 
 
+@pytest.mark.parametrize("source", [
+    "def f(a: bf16[4096, 4096], b: bf16[4096, 4096]) -> bf16[4096, 4096] { return a @ b }",
+    """def f(q: f16[4, 16, 2048, 64], k: f16[4, 16, 2048, 64], v: f16[4, 16, 2048, 64]) -> f16[4, 16, 2048, 64] {
+        return attention(q, k, v)
+    }"""], ids=["matmul", "attention"])
+def test_persistent_variants_give_the_generated_kernels_results(source, tmp_path, monkeypatch):
+    """The tuner's persistent candidate (one program per SM over the tiles, a flattened loop nest) as Triton
+    compiles it for this GPU: the generated kernel's results, and the tuner's cross-check rejects nothing."""
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TILEGRAPH_TUNE_SECONDS", "15")
+    graph = parse(source)
+    inputs = [torch.from_numpy(a).cuda() for a in reference.random_inputs(graph)]
+    fn = tilegraph.compile(graph, target="triton")
+    fn.autotune = False
+    (want,) = [t.clone() for t in fn.run_torch(*inputs)]
+    (position,) = [i for i, s in enumerate(fn.generated.kernels) if s is not None and s.uses_dot]
+    kernel_source = fn.generated.kernels[position]
+    proposed = variants.dot_variants(fn.program.kernels[position], fn.program.target, units=tuner._device_units())
+    (persistent,) = [v for v in proposed if v.persistent]
+    ((_, function, grid),) = tuner.variant_functions(fn, position, kernel_source, [persistent])
+    assert grid == torch.cuda.get_device_properties(0).multi_processor_count
+    tuner.install(fn, tuner.state_of(fn), kernel_source, function, grid)
+    (got,) = fn.run_torch(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2 * float(want.abs().max()))
+    tuned = tilegraph.compile(graph, target="triton")
+    tuned.run_torch(*inputs)
+    assert tuner.state_of(tuned).rejected == {}
+
+
 def library_call_results(graph, kind, flags, dtype: str):
     """Build `graph` (one kernel) with tf32=False, install its library call (checked to be a `kind` in IEEE
     precision) and run it through the walk, the direct launches and a CUDA graph's replay, with torch's TF32 flag
