@@ -41,13 +41,11 @@ class CrossCheck:
                 probe.append(arg)
                 continue
             copy = torch.empty_strided(arg.size(), arg.stride(), dtype=arg.dtype, device=arg.device)
-            if n in written:
-                pass
-            elif arg.is_floating_point():
+            if n not in written and arg.is_floating_point():
                 if generator is None:
                     generator = torch.Generator(device=arg.device).manual_seed(SEED)
                 copy.normal_(generator=generator)
-            else:
+            elif n not in written:  # indices, masks: as they are
                 copy.copy_(arg)
             probe.append(copy)
         check = CrossCheck(probe, tuple(written), [])
