@@ -18,8 +18,7 @@ def default_pipeline(target: str = DEFAULT_TARGET, channels_last: bool | None = 
     FlashAttention kernel is slower there (`python benchmarks/cpu_attention.py`). On a GPU target the layout
     pass stores convolutions' activations channels-last before tiling (`passes/layout.py`), unless
     `channels_last` is False (None: on unless $TILEGRAPH_CHANNELS_LAST is 0)."""
-    import os
-
+    from tilegraph.ir.switches import switched_on
     from tilegraph.ir.target import TargetError, load_target
 
     try:
@@ -27,7 +26,7 @@ def default_pipeline(target: str = DEFAULT_TARGET, channels_last: bool | None = 
     except TargetError:  # the tile pass says what is wrong with it
         kind = None
     if channels_last is None:
-        channels_last = os.environ.get(CHANNELS_LAST, "1").strip().lower() not in ("0", "off", "false", "no")
+        channels_last = switched_on(CHANNELS_LAST)
     fuse = "fuse{attention=false}" if kind == "cpu" else "fuse"
     layout = ",layout" if kind == "gpu" and channels_last else ""
     return f"canonicalize,{fuse}{layout},tile{{target={target}}}"

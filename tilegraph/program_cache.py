@@ -31,6 +31,7 @@ from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.graph import Graph, Value
 from tilegraph.ir.program import Program
 from tilegraph.ir.program_text import parse_program, print_program
+from tilegraph.ir.switches import switched_on
 
 ENV = "TILEGRAPH_PROGRAM_CACHE"
 FORMAT = 2  # bump when the entry layout changes
@@ -50,7 +51,7 @@ class CachedRun:
 
 def enabled(requested: bool = True) -> bool:
     """Whether to use the cache: asked for, and not turned off by TILEGRAPH_PROGRAM_CACHE=0."""
-    return requested and os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return requested and switched_on(ENV)
 
 
 def cache_dir() -> Path:

@@ -14,13 +14,13 @@ then runs as generated: what `benchmarks/triton_gpu.py`'s matmul row measures).
 """
 from __future__ import annotations
 
-import os
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tilegraph.ir.graph import Node, Value
 from tilegraph.ir.program import Kernel
+from tilegraph.ir.switches import switched_on
 from tilegraph.ir.types import DType
 
 from .options import TritonOptions
@@ -32,7 +32,7 @@ SWITCH = "TILEGRAPH_LIBRARY_CALLS"
 
 def enabled() -> bool:
     """Whether the tuner times library calls: unless $TILEGRAPH_LIBRARY_CALLS is 0 (or off, false, no)."""
-    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switched_on(SWITCH)
 
 
 @dataclass(frozen=True)
