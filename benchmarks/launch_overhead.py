@@ -47,12 +47,12 @@ def _stub_runner(fn, grid, args, warps, stages):
 def build(name: str):
     """The model's Triton program and its inputs (CPU tensors)."""
     import torch
-    from torch_models import WHOLE_MODELS
+    from torch_models import whole_model
 
     import tilegraph
     from tilegraph.frontends.fx import from_module
 
-    module, inputs = next(m for m in WHOLE_MODELS if m.name == name).build_in("f32", 1, layers=LAYERS)
+    module, inputs = whole_model(name).build_in("f32", 1, layers=LAYERS)
     with torch.no_grad():
         graph = from_module(module, inputs)
     return tilegraph.compile(graph, target="triton"), inputs

@@ -36,27 +36,17 @@ def kind(kernel) -> str | None:
     return "1 x 1" if conv.inputs[1].type.shape[2:] == (1, 1) else "k x k"
 
 
-def own(kernel, stored: dict) -> dict:
-    """The storage orders of the tensors `kernel` reads or writes."""
-    return {v: order for v, order in stored.items() if v in (*kernel.inputs, *kernel.outputs)}
-
-
 def model_rows(name: str) -> list[tuple[str, str, int, float, float, float]]:
     """(model, kind, kernels, MB before, MB now, compulsory MB) per convolution kind of model `name`."""
-    import torch
-    from torch_models import WHOLE_MODELS
+    from torch_models import whole_model
 
     from tilegraph.driver import compile_program
-    from tilegraph.frontends.fx import from_module
     from tilegraph.ir.target import load_target
     from tilegraph.ir.tile_model import compulsory_bytes
     from tilegraph.passes.layout import channels_last
     from tilegraph.passes.tiling import cost_of
 
-    model = next(m for m in WHOLE_MODELS if m.name == name)
-    module, inputs = model.build_in("bf16", 32, False, None)
-    with torch.no_grad():
-        graph = from_module(module, inputs)
+    graph = whole_model(name).traced("bf16", 32)
     target = load_target(TARGET)
     before, _ = compile_program(graph, f"canonicalize,fuse,tile{{target={TARGET}}}")
     now, _ = compile_program(graph, f"canonicalize,fuse,layout,tile{{target={TARGET}}}")
@@ -67,8 +57,8 @@ def model_rows(name: str) -> list[tuple[str, str, int, float, float, float]]:
         row = kind(new)
         if row is None:
             continue
-        costs = (cost_of(old.domain, target, dict(old.tiles), own(old, stored_before)).traffic,
-                 cost_of(new.domain, target, dict(new.tiles), own(new, stored_now)).traffic,
+        costs = (cost_of(old.domain, target, dict(old.tiles), stored_before).traffic,  # (each kernel's own
+                 cost_of(new.domain, target, dict(new.tiles), stored_now).traffic,     # tensors' orders count)
                  compulsory_bytes(new.domain))
         total = sums.setdefault(row, [0, 0.0, 0.0, 0.0])
         total[0] += 1

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import tilegraph  # noqa: E402
 from tilegraph.frontends.fx import from_module  # noqa: E402
 from tilegraph.ir import TilegraphError  # noqa: E402
-from torch_models import WHOLE_MODELS  # noqa: E402
+from torch_models import whole_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "memory_limit.md"
@@ -43,7 +43,7 @@ def kib(n: int) -> str:
 
 
 def measure(name: str, rounds: int, layers: int | None) -> list[dict]:
-    spec = next(m for m in WHOLE_MODELS if m.name == name)
+    spec = whole_model(name)
     module, inputs = spec.build(1, False, layers if spec.layered else None)
     graph = from_module(module, inputs)
     arrays = [t.numpy() for t in inputs]

@@ -52,20 +52,15 @@ def cell(record) -> str:
 
 
 def rows(name: str) -> list[str]:
-    import torch
-    from torch_models import WHOLE_MODELS
+    from torch_models import whole_model
 
     import tilegraph
     from tilegraph.backends.base import get_backend
     from tilegraph.backends.triton import variants
     from tilegraph.backends.triton.autotune import canonical
     from tilegraph.driver import default_pipeline
-    from tilegraph.frontends.fx import from_module
 
-    model = next(m for m in WHOLE_MODELS if m.name == name)
-    module, inputs = model.build_in(DTYPE, BATCH, layers=LAYERS)
-    with torch.no_grad():
-        graph = from_module(module, inputs)
+    graph = whole_model(name).traced(DTYPE, BATCH, layers=LAYERS)
     fn = tilegraph.compile(graph, target="triton", pipeline=default_pipeline(get_backend("triton").tile_target))
     seen, out = set(), []
     for position, source in enumerate(fn.generated.kernels):

@@ -51,9 +51,9 @@ def drift(module, inputs, exact, operand) -> float:
 
 def model_row(name: str) -> str:
     import torch
-    from torch_models import WHOLE_MODELS
+    from torch_models import whole_model
 
-    model = next(m for m in WHOLE_MODELS if m.name == name)
+    model = whole_model(name)
     module, inputs = model.build_in("f32", 4, False, 2 if model.layered else None)
     module.eval()
     with torch.no_grad():

@@ -54,6 +54,22 @@ class WholeModel:
             inputs = tuple(x.to(torch.bfloat16) if x.is_floating_point() else x for x in inputs)
         return module, inputs
 
+    def traced(self, dtype: str, batch: int, tiny: bool = False, layers: int | None = None):
+        """`build_in`'s module traced (torch.fx, no autograd) to a tilegraph Graph."""
+        from tilegraph.frontends.fx import from_module
+
+        module, inputs = self.build_in(dtype, batch, tiny, layers)
+        with torch.no_grad():
+            return from_module(module, inputs)
+
+
+def whole_model(name: str) -> WholeModel:
+    """The `WHOLE_MODELS` row called `name`."""
+    found = [m for m in WHOLE_MODELS if m.name == name]
+    if not found:
+        raise KeyError(f"no whole model {name!r}: known are {', '.join(m.name for m in WHOLE_MODELS)}")
+    return found[0]
+
 
 def _basic_block(batch: int, tiny: bool, layers: int | None):
     from zoo_models import init_weights
@@ -140,4 +156,4 @@ WHOLE_MODELS: list[WholeModel] = [
 ]
 
 
-__all__ = ["BasicBlock", "WholeModel", "WHOLE_MODELS", "TEXT_TOKENS", "IMAGE_SIZE"]
+__all__ = ["BasicBlock", "WholeModel", "WHOLE_MODELS", "whole_model", "TEXT_TOKENS", "IMAGE_SIZE"]

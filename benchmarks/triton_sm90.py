@@ -32,19 +32,14 @@ PLAN = ((32, "f32"), (32, "bf16"), (1, "f32"), (1, "f32 ieee"))  # f32 ieee: TF3
 
 
 def row(name: str, batch: int, dtype: str, channels_last: bool = True) -> str:
-    import torch
-    from torch_models import WHOLE_MODELS
+    from torch_models import whole_model
 
     import tilegraph
     from tilegraph.backends.base import get_backend
     from tilegraph.backends.triton.autotune import canonical
     from tilegraph.driver import default_pipeline
-    from tilegraph.frontends.fx import from_module
 
-    model = next(m for m in WHOLE_MODELS if m.name == name)
-    module, inputs = model.build_in(dtype.split()[0], batch, layers=LAYERS)
-    with torch.no_grad():
-        graph = from_module(module, inputs)
+    graph = whole_model(name).traced(dtype.split()[0], batch, layers=LAYERS)
     start = time.perf_counter()
     pipeline = default_pipeline(get_backend("triton").tile_target, channels_last)
     fn = tilegraph.compile(graph, target="triton", tf32=dtype == "f32", pipeline=pipeline)

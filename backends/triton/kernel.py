@@ -446,7 +446,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.lines.append(f"def {self.function}({args}):")
         self.line(self.tile_comment())
         tiles = self.tile_count()
-        if 0 < self.persistent < tiles:
+        if self.programs() < tiles:
             # persistent: a program per SM walks the tiles in launch order; `flatten` lets the software
             # pipeliner run on into the next tile's first loads while this one's epilogue stores
             self.line(f"for tile in tl.range(tl.program_id(0), {tiles}, {self.persistent}, flatten=True):")
@@ -481,6 +481,11 @@ class KernelEmitter(DotMixin, AttentionMixin):
     def tile_count(self) -> int:
         """Tiles of the parallel loops: one program each, unless the kernel is persistent."""
         return math.prod(p.count for p in self.loops if p.kind == PARALLEL)
+
+    def programs(self) -> int:
+        """Programs launched: one per tile, or a persistent kernel's fewer."""
+        tiles = self.tile_count()
+        return self.persistent if 0 < self.persistent < tiles else tiles
 
     def tile_comment(self) -> str:
         """`# tile: d0=32 (parallel), d2=64 (reduction)`: every loop's tile as generated (after
@@ -564,9 +569,8 @@ class KernelEmitter(DotMixin, AttentionMixin):
             self.generic()
         else:
             lowering_for("triton", self.kernel.kind, TEMPLATE_EMITTERS)(self)
-        tiles = self.tile_count()
-        grid = self.persistent if 0 < self.persistent < tiles else tiles
-        return KernelSource(self.function, "\n".join(self.lines) + "\n", grid, self.args, self.loops, self.uses_dot)
+        return KernelSource(self.function, "\n".join(self.lines) + "\n", self.programs(), self.args, self.loops,
+                            self.uses_dot)
 
 
 def emit_kernel(kernel: Kernel, domain, function: str, interpreter: bool = False,
