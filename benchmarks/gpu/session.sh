@@ -66,3 +66,18 @@ if [ "$WHAT" = convs ]; then
   grep -E "^\||geometric" "$OUT/triton_gpu_layouts.log" | tail -12
   stamp "triton_gpu.py --both-layouts"
 fi
+if [ "$WHAT" = rest ]; then
+  # the rows that never ran on a GPU (batch 1; MobileNetV2 f32) and the convolutional ones the layout pass changed
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -8
+  stamp "triton GPU tests"
+  timeout $((TRITON_BUDGET + 90)) python3 benchmarks/triton_gpu.py --quick --batch 1 --dtype bf16,f32 \
+    --only resnet18_basic_block,llama_decoder_block,mobilenetv2 --budget "$TRITON_BUDGET" --out "$OUT/batch1.md" \
+    >"$OUT/batch1.log" 2>&1
+  grep -E "^\||geometric|Not run" "$OUT/batch1.log" | tail -10
+  stamp "batch-1 rows"
+  timeout $((TRITON_BUDGET + 90)) python3 benchmarks/triton_gpu.py --quick --batch 32 --dtype bf16,f32 \
+    --only mobilenetv2,resnet50,resnet18_basic_block --budget "$TRITON_BUDGET" --out "$OUT/convs32.md" \
+    >"$OUT/convs32.log" 2>&1
+  grep -E "^\||geometric|Not run" "$OUT/convs32.log" | tail -10
+  stamp "batch-32 convolutional rows"
+fi
