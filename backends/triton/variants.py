@@ -44,7 +44,10 @@ GRID_LIMIT = 512  # tilings tried per kernel before the model ranks them
 GROUP_CHOICES = (4, 16)  # GROUP_M tried beside the default, on the best tiling of a grouped matmul
 # a tiling whose accumulators reach this many elements holds an SM alone (128 x 128 f32 is half its registers):
 # only such a kernel is also tried persistent, one program per SM; smaller tiles already share an SM several at
-# a time (ResNet-50's 64 x 56 conv tiles: 61-110 registers, 24-48 KiB in the sm_90 build)
+# a time (ResNet-50's 64 x 56 conv tiles: 61-110 registers, 24-48 KiB in the sm_90 build). Only kernels of one
+# tl.dot: attention's two chained dots, flattened into the tile loop, came out 0.77 off the generated kernel on an
+# H200 (Triton 3.6, the tuner's cross-check, 2026-11-27), and its 2048-token sm_90 build needs 352 KiB of shared
+# memory (results/persistent_sm90.md)
 PERSISTENT_ACCUMULATOR = 128 * 128
 
 
@@ -140,8 +143,8 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
     best first by the tile model (off-chip traffic over the tensors as stored, `orders` the Program's
     layouts; fewer programs than SMs ranked last), then GROUP_M choices on the best tiling of a grouped
     matmul, then the best tiling as a persistent kernel of `units` programs (the device's SMs; default the
-    target's) where it has more tiles than that and holds an SM alone (`PERSISTENT_ACCUMULATOR`). Empty for a
-    kernel without tl.dot."""
+    target's) where its one tl.dot has more tiles than that and holds an SM alone (`PERSISTENT_ACCUMULATOR`).
+    Empty for a kernel without tl.dot."""
     options = options or TritonOptions()
     target = target if target is not None and target.kind == "gpu" else load_target("gpu-h100")
     units = units or target.parallel_units or 132
@@ -189,7 +192,8 @@ def dot_variants(kernel: Kernel, target: Target | None = None, limit: int = 6,
     shape = dot_shape(kernel.with_tiles(best.tiles), options)
     if shape is not None and shape.grouped:
         out += [Variant(best.tiles, g) for g in GROUP_CHOICES]
-    if shape is not None and shape.programs > units and shape.accumulator >= PERSISTENT_ACCUMULATOR:
+    if (shape is not None and len(shape.dots) == 1 and shape.programs > units
+            and shape.accumulator >= PERSISTENT_ACCUMULATOR):
         out.append(Variant(best.tiles, persistent=units))  # one program per SM, each walking several tiles
     return out
 

@@ -131,9 +131,9 @@ def test_block_size_variants_are_timed_installed_and_cached(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("source", [
     "def f(a: bf16[4096, 4096], b: bf16[4096, 4096]) -> bf16[4096, 4096] { return a @ b }",
-    """def f(q: f16[4, 16, 2048, 64], k: f16[4, 16, 2048, 64], v: f16[4, 16, 2048, 64]) -> f16[4, 16, 2048, 64] {
-        return attention(q, k, v)
-    }"""], ids=["matmul", "attention"])
+    """def f(x: bf16[32, 128, 56, 56], w: bf16[256, 128, 3, 3]) -> bf16[32, 256, 56, 56] {
+        return relu(conv2d(x, w, padding=[1, 1]))
+    }"""], ids=["matmul", "conv"])
 def test_persistent_variants_give_the_generated_kernels_results(source, tmp_path, monkeypatch):
     """The tuner's persistent candidate (one program per SM over the tiles, a flattened loop nest) as Triton
     compiles it for this GPU: the generated kernel's results, and the tuner's cross-check rejects nothing."""

@@ -33,6 +33,9 @@ BIG_MATMUL = "def f(a: f16[4096, 4096], c: f16[4096, 4096]) -> f16[4096, 4096] {
 BIG_CONV = """def f(x: f32[32, 64, 56, 56], w: f32[64, 64, 3, 3]) -> f32[32, 64, 56, 56] {
     return relu(conv2d(x, w, padding=[1, 1]))
 }"""
+WIDE_CONV = """def f(x: bf16[32, 128, 56, 56], w: bf16[256, 128, 3, 3]) -> bf16[32, 256, 56, 56] {
+    return relu(conv2d(x, w, padding=[1, 1]))
+}"""
 BIG_ATTENTION = """def f(q: f16[4, 16, 2048, 64], k: f16[4, 16, 2048, 64],
                      v: f16[4, 16, 2048, 64]) -> f16[4, 16, 2048, 64] {
     return attention(q, k, v)
@@ -83,7 +86,7 @@ def test_grouped_matmuls_also_try_other_group_sizes():
     assert {v.tiles for v in found if v.group_m != variants.GROUP_M} == {found[1].tiles}
 
 
-@pytest.mark.parametrize("source", [BIG_MATMUL, BIG_ATTENTION])
+@pytest.mark.parametrize("source", [BIG_MATMUL, WIDE_CONV], ids=["matmul", "conv"])
 def test_kernels_of_several_waves_also_try_a_persistent_kernel(source):
     """The best tiling again as one program per SM, each walking the tiles a stride apart: where the grid has more
     tiles than the device has SMs and each tile holds an SM alone, and only there."""
@@ -97,6 +100,17 @@ def test_kernels_of_several_waves_also_try_a_persistent_kernel(source):
     assert emitted.grid == H100.parallel_units < programs
     assert f"for tile in tl.range(tl.program_id(0), {programs}, {H100.parallel_units}, flatten=True):" in emitted.text
     assert not any(v.persistent for v in variants.dot_variants(kernel, H100, units=programs)), "one wave: none"
+
+
+def test_attention_is_not_tried_persistent():
+    """Attention's tiles hold an SM alone and outnumber the SMs, but its two chained dots are not flattened into a
+    tile loop: that build gave wrong results on an H200 (variants.PERSISTENT_ACCUMULATOR says more)."""
+    kernel = dot_kernel(BIG_ATTENTION)
+    found = variants.dot_variants(kernel, H100)
+    shape = variants.dot_shape(kernel.with_tiles(found[1].tiles))
+    assert len(shape.dots) == 2 and shape.programs > H100.parallel_units
+    assert shape.accumulator >= variants.PERSISTENT_ACCUMULATOR
+    assert not any(v.persistent for v in found)
 
 
 def test_small_tiles_are_not_tried_persistent():
