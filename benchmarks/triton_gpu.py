@@ -134,8 +134,9 @@ def compiled(torch, fn, mode: str | None = None):
 
 
 def graphed(fn, inputs):
-    """fn's launches replayed through a CUDA graph (captured on the second call), as torch.compile(backend=
-    "tilegraph") runs them by default; None in a dry run (no CUDA)."""
+    """fn's launches replayed through a CUDA graph (captured on the second call) where that timed faster than
+    launching them, as torch.compile(backend="tilegraph") runs them by default (`replays`: whether it does);
+    None in a dry run (no CUDA)."""
     if DRY_RUN:
         return None
     from tilegraph.backends.triton.launch import GraphedLauncher
@@ -143,8 +144,10 @@ def graphed(fn, inputs):
     launcher = fn.launcher()
     replay, inputs = GraphedLauncher(launcher), launcher.check(inputs)
     replay(*inputs)
-    replay(*inputs)  # the capture
-    return lambda: replay(*inputs)
+    replay(*inputs)  # the capture, and the timing that keeps the replay or drops it
+    run = lambda: replay(*inputs)  # noqa: E731
+    run.replays = replay.replay
+    return run
 
 
 def tilegraph_fn(source, channels_last: bool | None = None):
@@ -287,6 +290,8 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
             apart = float((replay()[0].float() - got.float()).abs().max())
             if not apart <= (tolerance or 0) * scale:
                 note = f"{note}; MISMATCH: the CUDA graph's replay is {apart:.2e} from the launches"
+            if not replay.replays:
+                note = f"{note}; no replay (launches timed faster at the capture)"
         except Exception as exc:
             note = f"{note}; CUDA graph failed (launches one by one timed): {short_error(exc)}"
     launched_ms = bench(ours)
@@ -447,7 +452,8 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
            "seconds to the first result (tilegraph: build, JIT compiles, autotuning; torch.compile: Inductor). "
            "Whole-model rows say \"model\" in the note, and how many of their dot kernels the tuner handed to "
            "cuBLAS or cuDNN where it timed that faster (`backends/triton/library.py`, `library_conv.py`). A "
-           "whole model's `tilegraph ms` replays its launches through a CUDA graph, as "
+           "whole model's `tilegraph ms` replays its launches through a CUDA graph where that timed faster at its "
+           "capture (else the note says \"no replay\"), as "
            "`torch.compile(backend=\"tilegraph\")` does by default; `tg launched` times them one by one (torch.compile's default mode launches one by one "
            "too); `compile-ro`: torch.compile(mode=\"reduce-overhead\"), which replays CUDA graphs. The note's "
            "`kernels` is tilegraph's device time per call (torch profiler): the floor a replay approaches.", ""]

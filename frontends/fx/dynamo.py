@@ -43,7 +43,8 @@ class DynamoOptions:
     target: "auto" (graphs on a CUDA device run as Triton kernels there, CPU graphs as C++),
         "cpp", "triton" (on CUDA tensors, or on the CPU under TRITON_INTERPRET=1), or "reference"
         (the numpy reference executor: slow, for checking the converter).
-    cudagraphs: replay a Triton graph's launches through a CUDA graph after a warm-up call.
+    cudagraphs: replay a Triton graph's launches through a CUDA graph after a warm-up call, where
+        that times faster than launching them one by one (`launch.GraphedLauncher`).
     autotune: time each Triton kernel's launch configurations on its first CUDA call (cached on
         disk); off by default, like Inductor's default mode, because it multiplies compile time.
     program_cache: reuse the scheduled Program of a graph compiled before (same graph, weights and

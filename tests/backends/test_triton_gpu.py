@@ -180,7 +180,7 @@ def library_call_results(graph, kind, flags, dtype: str):
     try:
         launcher = fn.launcher()
         cuda = launcher.check([torch.from_numpy(a).cuda() for a in inputs])
-        graphed = GraphedLauncher(launcher)
+        graphed = GraphedLauncher(launcher, replay=True)
         results = [launcher(*cuda)[0], launcher(*cuda)[0]] + [graphed(*cuda)[0] for _ in range(3)]
         assert isinstance(launcher.direct, launch.DirectLaunch)
         assert flags.allow_tf32
@@ -222,6 +222,27 @@ def test_convolution_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, mo
     assert call.epilogue is not None and len(call.epilogue.args) == 6, "the batch norm, residual and ReLU generated"
 
 
+@pytest.mark.parametrize("replay", [None, True, False], ids=["timed", "replayed", "launched"])
+def test_a_graphed_launcher_gives_the_launches_results_whichever_way_it_runs(tmp_path, monkeypatch, replay):
+    """GraphedLauncher replaying, launching one by one, or either as timed at the capture: every call gives what
+    plain launches give on that call's inputs (new tensors each call), and a timed one has decided at the second."""
+    from tilegraph.backends.triton.launch import GraphedLauncher
+
+    monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
+    graph = parse("def f(x: f32[64, 512], w: f32[512, 256], b: f32[256]) -> f32[64, 256] { return relu(x @ w + b) }")
+    fn = tilegraph.compile(graph, target="triton", tf32=False)
+    fn.autotune = False
+    launcher = fn.launcher()
+    graphed = GraphedLauncher(launcher, replay=replay)
+    for call in range(4):
+        inputs = launcher.check([torch.from_numpy(a).cuda() for a in reference.random_inputs(graph, seed=call)])
+        (got,) = graphed(*inputs)
+        (want,) = launcher(*inputs)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        if call >= 1:
+            assert graphed.replay in (True, False) and (graphed.graph is not None) == graphed.replay
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("calls", [False, True])
 def test_channels_last_convolutions_on_the_gpu(tmp_path, monkeypatch, dtype, calls):
@@ -251,7 +272,7 @@ def test_channels_last_convolutions_on_the_gpu(tmp_path, monkeypatch, dtype, cal
             tuner.install(fn, state, source, call, source.grid)
     launcher = fn.launcher()
     cuda = launcher.check([torch.from_numpy(a).cuda() for a in inputs])
-    graphed = GraphedLauncher(launcher)
+    graphed = GraphedLauncher(launcher, replay=True)
     results = [launcher(*cuda)[0], launcher(*cuda)[0]] + [graphed(*cuda)[0] for _ in range(3)]
     tolerance = 1e-4 if dtype == "f32" else 3e-2
     for out in results:
