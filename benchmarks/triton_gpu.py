@@ -223,13 +223,14 @@ def library_note(fn) -> str:
 
 
 def tuning_log(fn) -> str:
-    """What the first call's tuning timed and chose, per kernel (the log's evidence when a row is slow):
+    """What the first call's tuning timed and chose, per kernel function (the log's evidence when a row is slow):
     the block-size variants' ms, the launch configurations' ms, the winner, and whether calls launch directly."""
     lines = []
     for position, times in sorted(fn.timings.items()):
         tiles = ", ".join(f"{label}: {ms:.3f}" for label, ms in times.get("tiles", {}).items())
         configs = ", ".join(f"{w}w{s}s: {ms:.3f}" for (w, s), ms in times.get("config", {}).items())
-        lines.append(f"  k{position} -> {fn.configs[position]}; tiles [{tiles}]; configs [{configs}]")
+        function = fn.generated.kernels[position].function  # (the profile's name, less a variant's suffix)
+        lines.append(f"  {function} -> {fn.configs[position]}; tiles [{tiles}]; configs [{configs}]")
     launcher = fn.launcher()
     lines.append(f"  direct launch: {type(launcher.direct).__name__} {launcher.direct_error or ''}".rstrip())
     return "\n".join(lines)
