@@ -389,8 +389,9 @@ def attention(torch, B: int, H: int, L: int, D: int, causal: bool) -> dict:
 
 
 # ----- whole models -----------------------------------------------------------------------------------------
-def model_plan(quick: bool) -> list[tuple[object, int, str]]:
-    """(model, batch, dtype) in the order they run: the most telling first, so a budget cuts the least."""
+def model_plan(quick: bool, every_batch: bool = False) -> list[tuple[object, int, str]]:
+    """(model, batch, dtype) in the order they run: the most telling first, so a budget cuts the least. A quick
+    plan runs batch 1 for the small models only, unless `every_batch` (batches named on the command line)."""
     from torch_models import WHOLE_MODELS
 
     if DRY_RUN:
@@ -400,14 +401,14 @@ def model_plan(quick: bool) -> list[tuple[object, int, str]]:
     models = sorted(WHOLE_MODELS, key=lambda m: QUICK_ORDER.index(m.name)) if quick else WHOLE_MODELS
     for batch, dtype in ((32, "bf16"), (32, "f32"), (1, "bf16"), (1, "f32")):
         for model in models:
-            if not quick or batch == 32 or model.small:
+            if not quick or every_batch or batch == 32 or model.small:
                 plan.append((model, batch, dtype))
     return plan
 
 
-def model_specs(torch, quick: bool) -> list[Spec]:
+def model_specs(torch, quick: bool, every_batch: bool = False) -> list[Spec]:
     specs = []
-    for model, batch, dtype in model_plan(quick):
+    for model, batch, dtype in model_plan(quick, every_batch):
         layers = QUICK_LAYERS if quick and model.layered else None
         note = "model" + (f"; {layers} layers of the model's, full width" if layers else "")
         specs.append(Spec(model.name, f"batch {batch}", dtype,
@@ -549,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated case names to run (default: all)")
     parser.add_argument("--dtype", default="", help="comma-separated dtypes to run (f16, bf16, f32; default: all)")
     parser.add_argument("--batch", default="", help="comma-separated batch sizes of the model rows to run "
-                        "(default: all; the single-kernel rows are kept)")
+                        "(default: all, but --quick runs batch 1 for the small models only; batches named here run for "
+                        "every model; the single-kernel rows are kept)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"Markdown table to write (default {RESULTS})")
     parser.add_argument("--both-layouts", action="store_true",
                         help="models with convolutions: also build them with activations in the other layout "
@@ -590,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         f" --{name} {value}" for name, value in (("only", args.only), ("dtype", args.dtype), ("batch", args.batch))
         if value)
     bandwidth = copy_bandwidth(torch)
-    specs = kernel_specs(torch, args.quick) + model_specs(torch, args.quick)
+    specs = kernel_specs(torch, args.quick) + model_specs(torch, args.quick, every_batch=bool(args.batch))
     if args.only:
         wanted = set(args.only.split(","))
         specs = [s for s in specs if s.case in wanted]

@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
 # One prepared GPU session (issues 19 and 20): set up, GPU tests, then the benchmarks, each under its
 # own time limit, so that a lent device's few minutes give every table that fits.
-#   bash benchmarks/gpu/session.sh [all|dynamo|triton|convs] [dynamo-budget-s] [triton-budget-s]
+#   bash benchmarks/gpu/session.sh [next|rest|convs|triton|dynamo|all] [dynamo-budget-s] [triton-budget-s]
 # Run on the device machine from the repository root; .whl/ holds the wheels the image lacks
 # (lark, ortools and its pins; see the device tool's README). Results and logs go to $OUT.
-# A session has 15 device minutes and 10 a call, the machine's start included. On 2026-11-27 one H100 call ran
-# the Triton GPU tests (50 s) and `triton_gpu.py --quick --both-layouts --budget 270` (the single kernels and
-# the six bf16 model rows, 300 s), a second call on the warm machine the model rows again with f32 and
-# MobileNetV2 (`--only <models> --dtype f32,bf16 --budget 300`, 330 s): 12 of the 15 minutes. Next, `convs 0 240`
-# first: the GPU tests, then the convolutional rows, channels-last against NCHW: the layout pass now tiles
-# MobileNetV2's depthwise convolutions for NHWC, and cuDNN calls over NHWC activations (fixed after that run)
-# compete in the tuner; then the batch-1 rows, which have never run on a GPU:
-#   python3 benchmarks/triton_gpu.py --quick --batch 1 --only resnet18_basic_block,llama_decoder_block,mobilenetv2 \
-#     --budget 200 --out $OUT/batch1.md
-# and `triton 0 300` for the rest. Since 7368788 the tuner also times a persistent version of each many-wave dot
-# kernel's best tiling (label "... persistent 132" in the log's per-kernel tuning lines): whether it wins is in
-# those lines.
+# A session has 15 device minutes and 10 a call, the machine's start included. On 2026-11-27 (second session)
+# one H200 ran `rest 0 130` (the Triton GPU tests, the batch-1 rows of the small models and the convolutional
+# rows in bf16; 400 s), then, warm, three `triton_gpu.py --quick` runs of the other batch-32 rows: 14 of the 15
+# minutes (results/triton_gpu.md). Next, `next 0 150`: the GPU tests (a persistent conv and the timed choice
+# between a CUDA graph's replay and plain launches are new), the batch-1 rows of the larger models, which have
+# never run (`--batch 1` now runs them in a quick plan), and the rows the replay choice should move (the
+# ResNet-18 block in f32, the Llama block) with ViT f32, which did not fit. Then, on the warm machine, what is
+# left: `triton 0 150` (the single kernels and launch overhead).
 set -uo pipefail
-WHAT=${1:-all}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
+WHAT=${1:-next}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TILEGRAPH_CACHE_DIR=/tmp/tg-cache
 start=$(date +%s)
@@ -80,4 +76,18 @@ if [ "$WHAT" = rest ]; then
     >"$OUT/convs32.log" 2>&1
   grep -E "^\||geometric|Not run" "$OUT/convs32.log" | tail -10
   stamp "batch-32 convolutional rows"
+fi
+if [ "$WHAT" = next ]; then
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -8
+  stamp "triton GPU tests"
+  timeout $((TRITON_BUDGET + 100)) python3 benchmarks/triton_gpu.py --quick --batch 1 --dtype bf16,f32 \
+    --only bert_base,gpt2_small,vit_base,resnet50 --budget "$TRITON_BUDGET" --out "$OUT/batch1_large.md" \
+    >"$OUT/batch1_large.log" 2>&1
+  grep -E "^\||geometric|Not run" "$OUT/batch1_large.log" | tail -12
+  stamp "batch-1 rows of the larger models"
+  timeout $((TRITON_BUDGET + 100)) python3 benchmarks/triton_gpu.py --quick --batch 32 --dtype f32 \
+    --only resnet18_basic_block,llama_decoder_block,vit_base --budget "$TRITON_BUDGET" --out "$OUT/replay_choice.md" \
+    >"$OUT/replay_choice.log" 2>&1
+  grep -E "^\||geometric|Not run|no replay" "$OUT/replay_choice.log" | tail -10
+  stamp "rows the replay choice moves"
 fi
