@@ -14,7 +14,8 @@ share never leave it out; if that wins, there are no warps and stages to time. P
 still times its untuned self against the library call (two timings, nothing cached). Winners are kept per program
 (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes, device); a cached variant
 is installed again without timing. Any failure leaves the kernel as generated. The launcher hands the kernels over
-longest first (`expected_seconds`), so a short budget goes where it pays, and each set of candidates (the variants,
+longest first (`expected_seconds`), and each kernel's share of the budget left is its part of the expected time of
+the kernels left (`budget_share`), so a short budget goes where it pays, and each set of candidates (the variants,
 then the winner's warps and stages) compiles side by side before any of the set is timed (`warm`,
 `launch.parallel_compiles`).
 """
@@ -28,7 +29,7 @@ from . import autotune, crosscheck, library, library_conv, variants
 from .launch import parallel_compiles
 
 VARIANT_STAGES = 3  # pipeline stages the variants are compared at (4 warps, 8 for 128x128 blocks and up)
-MIN_KERNEL_S = 3.0  # each kernel's share of the budget: the rest over the kernels left, at least this
+MIN_KERNEL_S = 3.0  # each kernel's share of the budget (the rest, by its part of the time left), at least this
 
 
 class VariantLaunch:
@@ -48,7 +49,9 @@ class TuningState:
 
     budget: autotune.Budget
     kernels: int
-    left: set[str] = field(default_factory=set)  # keys of the kernels not tuned yet
+    # keys of the kernels not tuned yet -> their expected seconds per call (every launch of them): a kernel's share
+    # of the budget is its part of what is left, so a program's few long products get the time they need
+    left: dict[str, float] = field(default_factory=dict)
     chosen: dict[str, autotune.Choice] = field(default_factory=dict)
     launches: dict[str, tuple] = field(default_factory=dict)  # key -> (variant function, grid) installed
     originals: dict[str, object] = field(default_factory=dict)
@@ -59,9 +62,22 @@ class TuningState:
 def state_of(compiled) -> TuningState:
     state = compiled.__dict__.get("_tuning")
     if state is None:
-        keys = {autotune.canonical(source.text) for source in compiled.generated.kernels if source is not None}
-        state = compiled.__dict__["_tuning"] = TuningState(autotune.Budget.from_env(), len(keys), keys)
+        left: dict[str, float] = {}
+        for kernel, source in zip(compiled.program.kernels, compiled.generated.kernels):
+            if source is not None:
+                key = autotune.canonical(source.text)
+                left[key] = left.get(key, 0.0) + expected_seconds(kernel, compiled.program.target)
+        state = compiled.__dict__["_tuning"] = TuningState(autotune.Budget.from_env(), len(left), left)
     return state
+
+
+def budget_share(state: TuningState, key: str, remaining: float) -> float:
+    """Kernel `key`'s share of the `remaining` seconds, by its expected time among the kernels left (equal shares
+    where none has one), at least MIN_KERNEL_S; it is no longer left after."""
+    weight = state.left.pop(key, 0.0)
+    total = weight + sum(state.left.values())
+    share = remaining * weight / total if total > 0 else remaining / (len(state.left) + 1)
+    return max(share, MIN_KERNEL_S)
 
 
 def variant_functions(compiled, position: int, source, chosen: list[variants.Variant]):
@@ -140,7 +156,7 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
     if found is not None and found.library and not library.enabled():
         found = None  # library calls switched off since: tune again
     if found is not None:
-        state.left.discard(autotune.canonical(source.text))
+        state.left.pop(autotune.canonical(source.text), None)
         if key in state.launches:  # a kernel equal to one tuned here (a repeated layer): its variant, compiled once
             install(compiled, state, source, *state.launches[key])
             return found.config
@@ -156,9 +172,7 @@ def tune_kernel(compiled, position: int, launch, source, device, cache: autotune
             _library_if_faster(compiled, state, position, launch, source, key, warm, args)
         return compiled.configs[position]
     now = budget.clock()
-    state.left.discard(autotune.canonical(source.text))
-    share = (budget.deadline - now) / (len(state.left) + 1)
-    deadline = min(budget.deadline, now + max(share, MIN_KERNEL_S))
+    deadline = min(budget.deadline, now + budget_share(state, autotune.canonical(source.text), budget.deadline - now))
     times: dict = {}
     chosen_variant, configs = None, autotune.candidates(source.uses_dot)
     if source.uses_dot:

@@ -561,3 +561,36 @@ def test_a_repeated_layer_keeps_the_variant_when_the_deadline_cut_the_first_ones
     assert isinstance(a, tuner.VariantLaunch) and isinstance(b, tuner.VariantLaunch) and a.fn is b.fn
     assert list(fn.timings) == [0], "the second layer is not timed again"
     assert autotune.ConfigCache().data == {}, "a cut tuning is not cached: a run with more budget tunes it in full"
+
+
+# ----- the budget's shares --------------------------------------------------------------------------------------
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.0, 1e-3), min_size=1, max_size=12), st.floats(0.0, 120.0))
+def test_each_kernel_gets_its_part_of_the_budget_left(weights, seconds):
+    """Kernels tuned in turn, each spending its whole share: a share is the kernel's part of the expected time
+    left (equal parts where none is expected to take any), never under MIN_KERNEL_S, and a budget spent in full
+    ends with the last kernel's share."""
+    keys = [f"k{n}" for n in range(len(weights))]
+    state = tuner.TuningState(autotune.Budget(seconds), len(keys), dict(zip(keys, weights)))
+    remaining, floored = seconds, False
+    for n, key in enumerate(keys):
+        left = weights[n:]
+        share = tuner.budget_share(state, key, remaining)
+        assert key not in state.left
+        fair = remaining * left[0] / sum(left) if sum(left) > 0 else remaining / len(left)
+        assert share == pytest.approx(max(fair, tuner.MIN_KERNEL_S))
+        floored = floored or fair < tuner.MIN_KERNEL_S
+        remaining = max(remaining - share, 0.0)
+    assert state.left == {}
+    if not floored:
+        assert remaining == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_longest_kernels_get_most_of_the_budget():
+    """BERT's shape of program: two products four times as long as the rest share most of the budget, where an
+    equal split gave every kernel the same (the MLP-up product of a 10 s budget was timed against its library
+    call alone before its share ran out)."""
+    left = {"mlp_up": 290e-6, "mlp_down": 290e-6, "qkv": 220e-6, "out": 72e-6, "norm": 6e-6}
+    state = tuner.TuningState(autotune.Budget(60.0), len(left), dict(left))
+    assert tuner.budget_share(state, "mlp_up", 60.0) == pytest.approx(60.0 * 290 / 878)
+    assert tuner.budget_share(state, "norm", 40.0) == tuner.MIN_KERNEL_S
