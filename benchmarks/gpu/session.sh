@@ -18,6 +18,19 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TILEGRAPH_CACHE_DIR=/tmp/tg-cache
 start=$(date +%s)
 stamp() { echo "== $(( $(date +%s) - start )) s: $*"; }
+triton_tests() {
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 \
+    | tee "$OUT/test_triton_gpu.log" | tail -8
+  stamp "triton GPU tests"
+}
+# rows NAME ARGS...: `triton_gpu.py --quick ARGS` under the Triton budget, its table and log as $OUT/NAME.md, .log
+rows() {
+  local name=$1; shift
+  timeout $((TRITON_BUDGET + 100)) python3 benchmarks/triton_gpu.py --quick --budget "$TRITON_BUDGET" \
+    --out "$OUT/$name.md" "$@" >"$OUT/$name.log" 2>&1
+  grep -E "^\||geometric|Not run|no replay" "$OUT/$name.log" | tail -14
+  stamp "$name"
+}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
@@ -44,8 +57,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = dynamo ]; then
   stamp "profile_kernels.py"
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = triton ]; then
-  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -25
-  stamp "triton GPU tests"
+  triton_tests
   timeout 120 python3 benchmarks/launch_overhead.py --gpu >"$OUT/launch_overhead.log" 2>&1
   cp benchmarks/results/launch_overhead.md "$OUT/" 2>/dev/null; grep -E "^\|" "$OUT/launch_overhead.log" | tail -6
   stamp "launch_overhead.py --gpu"
@@ -54,40 +66,17 @@ if [ "$WHAT" = all ] || [ "$WHAT" = triton ]; then
   stamp "triton_gpu.py"
 fi
 if [ "$WHAT" = convs ]; then
-  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -8
-  stamp "triton GPU tests"
-  timeout $((TRITON_BUDGET + 120)) python3 benchmarks/triton_gpu.py --quick --both-layouts \
-    --only resnet18_basic_block,resnet50,mobilenetv2 --budget "$TRITON_BUDGET" --out "$OUT/triton_gpu_layouts.md" \
-    >"$OUT/triton_gpu_layouts.log" 2>&1
-  grep -E "^\||geometric" "$OUT/triton_gpu_layouts.log" | tail -12
-  stamp "triton_gpu.py --both-layouts"
+  triton_tests
+  rows triton_gpu_layouts --both-layouts --only resnet18_basic_block,resnet50,mobilenetv2
 fi
 if [ "$WHAT" = rest ]; then
   # the rows that never ran on a GPU (batch 1; MobileNetV2 f32) and the convolutional ones the layout pass changed
-  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -8
-  stamp "triton GPU tests"
-  timeout $((TRITON_BUDGET + 90)) python3 benchmarks/triton_gpu.py --quick --batch 1 --dtype bf16,f32 \
-    --only resnet18_basic_block,llama_decoder_block,mobilenetv2 --budget "$TRITON_BUDGET" --out "$OUT/batch1.md" \
-    >"$OUT/batch1.log" 2>&1
-  grep -E "^\||geometric|Not run" "$OUT/batch1.log" | tail -10
-  stamp "batch-1 rows"
-  timeout $((TRITON_BUDGET + 90)) python3 benchmarks/triton_gpu.py --quick --batch 32 --dtype bf16,f32 \
-    --only mobilenetv2,resnet50,resnet18_basic_block --budget "$TRITON_BUDGET" --out "$OUT/convs32.md" \
-    >"$OUT/convs32.log" 2>&1
-  grep -E "^\||geometric|Not run" "$OUT/convs32.log" | tail -10
-  stamp "batch-32 convolutional rows"
+  triton_tests
+  rows batch1 --batch 1 --dtype bf16,f32 --only resnet18_basic_block,llama_decoder_block,mobilenetv2
+  rows convs32 --batch 32 --dtype bf16,f32 --only mobilenetv2,resnet50,resnet18_basic_block
 fi
 if [ "$WHAT" = next ]; then
-  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/backends/test_triton_gpu.py 2>&1 | tee "$OUT/test_triton_gpu.log" | tail -8
-  stamp "triton GPU tests"
-  timeout $((TRITON_BUDGET + 100)) python3 benchmarks/triton_gpu.py --quick --batch 1 --dtype bf16,f32 \
-    --only bert_base,gpt2_small,vit_base,resnet50 --budget "$TRITON_BUDGET" --out "$OUT/batch1_large.md" \
-    >"$OUT/batch1_large.log" 2>&1
-  grep -E "^\||geometric|Not run" "$OUT/batch1_large.log" | tail -12
-  stamp "batch-1 rows of the larger models"
-  timeout $((TRITON_BUDGET + 100)) python3 benchmarks/triton_gpu.py --quick --batch 32 --dtype f32 \
-    --only resnet18_basic_block,llama_decoder_block,vit_base --budget "$TRITON_BUDGET" --out "$OUT/replay_choice.md" \
-    >"$OUT/replay_choice.log" 2>&1
-  grep -E "^\||geometric|Not run|no replay" "$OUT/replay_choice.log" | tail -10
-  stamp "rows the replay choice moves"
+  triton_tests
+  rows batch1_large --batch 1 --dtype bf16,f32 --only bert_base,gpt2_small,vit_base,resnet50
+  rows replay_choice --batch 32 --dtype f32 --only resnet18_basic_block,llama_decoder_block,vit_base
 fi
