@@ -1,6 +1,7 @@
 """A kernel that is one matmul (a bias or residual add, and up to two elementwise ops after it) run by the vendor's
 library: `torch.matmul` or `torch.addmm`, so cuBLAS on CUDA, as torch.compile's default mode runs every matmul, then
-the ops in place, one torch kernel each (as eager rounds them).
+the ops: one in place as a torch kernel (as eager rounds it), two as one generated kernel over the product
+(`epilogue.py`; a gated MLP's SiLU and product in one pass, as Inductor fuses them).
 
 The tuner times it beside the generated kernel's block-size variants and keeps whichever is faster, so a
 matmul that cuBLAS does better (most of a transformer's projections; an IEEE f32 product, which Triton runs
@@ -23,6 +24,7 @@ from tilegraph.ir.program import Kernel
 from tilegraph.ir.switches import switched_on
 from tilegraph.ir.types import DType
 
+from .epilogue import Epilogue, epilogue_kernel
 from .options import TritonOptions
 
 CONTRACTIONS = ("matmul", "batch_matmul")  # the ops torch.matmul computes with the same broadcasting
@@ -63,7 +65,7 @@ UNARY = {
 }
 LABEL = "library (torch)"  # the candidate's name in the tuner's timings: cuBLAS or cuDNN through torch
 BINARY = ("add", "sub", "mul", "div")
-MAX_EPILOGUE = 2  # elementwise ops after the product and its add: each is a pass over the result
+MAX_EPILOGUE = 2  # elementwise ops after the product and its add
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,8 @@ class LibraryCall:
 
 @dataclass(frozen=True)
 class MatmulCall(LibraryCall):
-    """`out = epilogue(a @ b (+ c))` on the kernel's arguments."""
-
-    library = "torch.matmul"
+    """`out = epilogue(a @ b (+ c))` on the kernel's arguments: the steps in place, or `fused`, the steps as one
+    generated kernel reading the product (where there are two and it could be generated)."""
 
     name: str
     a: Operand
@@ -111,11 +112,18 @@ class MatmulCall(LibraryCall):
     c: Operand | None
     tf32: bool
     epilogue: tuple[Step, ...] = ()
+    fused: Epilogue | None = None
+
+    @property
+    def library(self) -> str:  # (for reports)
+        return "torch.matmul" + (", its epilogue generated" if self.fused is not None else "")
 
     def __call__(self, *args, num_warps: int | None = None, num_stages: int | None = None) -> None:
         import torch
 
         a, b, out = self.a.of(args), self.b.of(args), self.out.of(args)
+        if self.fused is not None:  # the product in a buffer of its own, which the fused epilogue reads
+            out = torch.empty(out.shape, dtype=out.dtype, device=out.device)
         # no autograd, as for the Triton kernels (out= refuses operands that require grad, such as a module's
         # weights read in place)
         with torch.no_grad(), precision(torch, out, self.tf32):
@@ -127,6 +135,9 @@ class MatmulCall(LibraryCall):
                 torch.matmul(a, b, out=out)
                 if c is not None:
                     out.add_(c)
+            if self.fused is not None:
+                self.fused(out, args)
+                return
             for step in self.epilogue:
                 step.apply(torch, out if step.shape is None else out.view(step.shape), args)
 
@@ -184,10 +195,12 @@ def precision(torch, out, tf32: bool, conv: bool = False):
 
 
 def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, tuple[int, ...]],
-                 options: TritonOptions, name: str) -> MatmulCall | None:
+                 options: TritonOptions, name: str, names: dict[Value, str] | None = None,
+                 interpreter: bool = False) -> MatmulCall | None:
     """The library call computing `kernel` (whose generated function takes `args`), or None when the kernel is
     not one matmul of floats, optionally followed by an add of a kernel input and up to MAX_EPILOGUE elementwise
-    ops, with reshapes of its inputs before it and of its result between and after them."""
+    ops, with reshapes of its inputs before it and of its result between and after them. `names`,
+    `interpreter`: as the module's (`module.generate`), for a fused epilogue."""
     if kernel.template is not None:
         return None
     nodes = list(kernel.nodes)
@@ -253,8 +266,12 @@ def library_call(kernel: Kernel, args: tuple[Value, ...], layouts: dict[Value, t
         return Step(node.op, None, next(others), second=node.inputs[1] is not other, shape=shape)
 
     steps = tuple(step(node, other) for node, other in applied)
+    fused = None
+    if len(steps) > 1:  # one pass over the product for both, not one each
+        head = kernel.nodes.index(rest[0] if c is not None else product)  # (the add rides with the product)
+        fused = epilogue_kernel(kernel, head, position, layouts, options, f"{name}_epilogue", names, interpreter)
     return MatmulCall(name, found[0], found[1], found[2], found[3] if c is not None else None,
-                       options.precision(product.op) == "tf32", steps)
+                      options.precision(product.op) == "tf32", steps, fused)
 
 
 __all__ = ["LibraryCall", "MatmulCall", "Operand", "Step", "library_call", "inverse", "precision", "enabled",

@@ -216,11 +216,10 @@ def library_candidate(compiled, position: int, source) -> library.LibraryCall | 
     convolution with its epilogue generated (None: neither)."""
     from .runtime import _interpreting
 
-    kernel, layouts = compiled.program.kernels[position], compiled.generated.layouts
+    kernel, layouts, names = compiled.program.kernels[position], compiled.generated.layouts, compiled.generated.names
     name = f"{source.function}_library"
-    return library.library_call(kernel, source.args, layouts, compiled.options, name) or \
-        library_conv.conv_call(kernel, source.args, layouts, compiled.options, name, compiled.generated.names,
-                               _interpreting())
+    return library.library_call(kernel, source.args, layouts, compiled.options, name, names, _interpreting()) or \
+        library_conv.conv_call(kernel, source.args, layouts, compiled.options, name, names, _interpreting())
 
 
 def _device_units() -> int | None:

@@ -194,16 +194,20 @@ def library_call_results(graph, kind, flags, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype):
-    """A matmul with a bias run by cuBLAS (`library.py`): the same results through the walk, the direct launches
-    and a CUDA graph's replay; the f32 product in the program's precision (IEEE here: torch's default)."""
+@pytest.mark.parametrize("c, body", [("[80]", "a @ b + c"), ("[3, 200, 80]", "silu(a @ b) * c")],
+                         ids=["bias", "gated"])
+def test_library_calls_run_directly_and_in_a_cuda_graph(tmp_path, monkeypatch, dtype, c, body):
+    """A matmul with a bias, or a gated product (its SiLU and product one generated kernel), run by cuBLAS
+    (`library.py`): the same results through the walk, the direct launches and a CUDA graph's replay; the f32
+    product in the program's precision (IEEE here: torch's default)."""
     from tilegraph.backends.triton import library
 
     monkeypatch.undo()
     monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
-    graph = parse(f"def f(a: {dtype}[3, 200, 96], b: {dtype}[96, 80], c: {dtype}[80]) -> {dtype}[3, 200, 80] "
-                  "{ return a @ b + c }")
-    library_call_results(graph, library.MatmulCall, torch.backends.cuda.matmul, dtype)
+    graph = parse(f"def f(a: {dtype}[3, 200, 96], b: {dtype}[96, 80], c: {dtype}{c}) -> {dtype}[3, 200, 80] "
+                  f"{{ return {body} }}")
+    call = library_call_results(graph, library.MatmulCall, torch.backends.cuda.matmul, dtype)
+    assert (call.fused is not None) == ("silu" in body)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])

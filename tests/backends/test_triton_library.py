@@ -81,6 +81,8 @@ def test_which_kernels_are_library_calls():
     assert any(call.c is not None for call in found.values()), "a bias add rides along (addmm's)"
     (gated,) = [call for call in found.values() if call.epilogue]
     assert [step.op for step in gated.epilogue] == ["silu", "mul"] and gated.epilogue[1].other is not None
+    assert gated.fused is not None and "tl.sigmoid(" in gated.fused.text, "SiLU and product: one generated pass"
+    assert all(call.fused is None for call in found.values() if call is not gated)
     assert any(n.op == "reshape" for p in found for n in fn.program.kernels[p].nodes), "reshapes of rows ride along"
     for source in ("attention", "softmax"):
         other = tilegraph.compile(parse(CASES[source]), target="triton")
@@ -94,13 +96,17 @@ def test_which_kernels_are_library_calls():
     ("(x @ w) * 2.0", False),  # a constant is not a kernel argument
     ("exp(relu(sigmoid(x @ w)))", False),  # more than MAX_EPILOGUE ops
     ("x @ w + b + b", True),  # the second add is an epilogue op
+    ("silu(x @ w + b) * b", True),  # addmm's add, then two ops generated as one pass
 ])
 def test_epilogues_a_library_call_applies(body, library):
+    """Which epilogues a library call takes, and what it computes with them: one op in place (a torch kernel), two
+    as one generated kernel over the product (`fused`)."""
     graph = parse(f"def f(x: f32[20, 24], w: f32[24, 16], b: f32[16]) -> f32[20, 16] {{ return {body} }}")
     fn = tilegraph.compile(graph, target="triton")
     found = calls(fn)
     assert bool(found) == library, [n.op for k in fn.program.kernels for n in k.nodes]
     for position, call in found.items():
+        assert (call.fused is not None) == (len(call.epilogue) == 2), body
         source = fn.generated.kernels[position]
         tuner.install(fn, tuner.state_of(fn), source, call, source.grid)
     inputs = reference.random_inputs(graph)
