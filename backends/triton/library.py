@@ -122,24 +122,24 @@ class MatmulCall(LibraryCall):
         import torch
 
         a, b, out = self.a.of(args), self.b.of(args), self.out.of(args)
-        if self.fused is not None:  # the product in a buffer of its own, which the fused epilogue reads
-            out = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+        # the product and its add: into the output, or into a buffer of its own that the fused epilogue reads
+        product = out if self.fused is None else torch.empty(out.shape, dtype=out.dtype, device=out.device)
         # no autograd, as for the Triton kernels (out= refuses operands that require grad, such as a module's
         # weights read in place)
         with torch.no_grad(), precision(torch, out, self.tf32):
             c = None if self.c is None else self.c.of(args)
-            rows = None if c is None else _rows(a, b, c, out)
+            rows = None if c is None else _rows(a, b, c, product)
             if rows is not None:  # one cuBLAS call with the add in its epilogue
                 torch.addmm(rows[2], rows[0], rows[1], out=rows[3])
             else:
-                torch.matmul(a, b, out=out)
+                torch.matmul(a, b, out=product)
                 if c is not None:
-                    out.add_(c)
+                    product.add_(c)
             if self.fused is not None:
-                self.fused(out, args)
+                self.fused(product, args)
                 return
             for step in self.epilogue:
-                step.apply(torch, out if step.shape is None else out.view(step.shape), args)
+                step.apply(torch, product if step.shape is None else product.view(step.shape), args)
 
 
 def inverse(order: tuple[int, ...]) -> tuple[int, ...]:
