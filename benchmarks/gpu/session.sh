@@ -7,11 +7,11 @@
 # A session has 15 device minutes and 10 a call, the machine's start included. On 2026-11-27 (second session)
 # one H200 ran `rest 0 130` (the Triton GPU tests, the batch-1 rows of the small models and the convolutional
 # rows in bf16; 400 s), then, warm, three `triton_gpu.py --quick` runs of the other batch-32 rows: 14 of the 15
-# minutes (results/triton_gpu.md). Next, `next 0 130` (under 9 minutes): the GPU tests (a persistent conv and the timed choice
-# between a CUDA graph's replay and plain launches are new), the batch-1 rows of the larger models, which have
-# never run (`--batch 1` now runs them in a quick plan), and the rows the replay choice should move (the
-# ResNet-18 block in f32, the Llama block) with ViT f32, which did not fit. Then, on the warm machine, what is
-# left: `triton 0 150` (the single kernels and launch overhead).
+# minutes (results/triton_gpu.md). Next, `next 0 130` (under 9 minutes): the GPU tests (a persistent conv, the
+# timed choice between a CUDA graph's replay and plain launches, and a gated product's fused epilogue are new),
+# the batch-1 rows of the larger models, which have never run (`--batch 1` now runs them in a quick plan), and
+# the rows the replay choice should move (the ResNet-18 block in f32, the Llama block) with ViT f32, which did
+# not fit. Then, on the warm machine, what is left: `triton 0 150` (the single kernels and launch overhead).
 set -uo pipefail
 WHAT=${1:-next}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
