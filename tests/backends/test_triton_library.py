@@ -30,7 +30,8 @@ def _cache_dir(tmp_path, monkeypatch):
 
 
 class Block(torch.nn.Module):
-    """Linears as a transformer has them: with a bias, without, a gated product (not a library call)."""
+    """Linears as a transformer has them: with a bias, without, a gated product (its SiLU and product the library
+    call's fused epilogue)."""
 
     def __init__(self, width: int = 48, hidden: int = 80) -> None:
         super().__init__()
