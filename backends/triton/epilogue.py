@@ -3,8 +3,8 @@ generated Triton kernel over that node's result: one pass where torch ops in pla
 
 The epilogue kernel is the Program's own kernel without the nodes up to that one: the same ops, emitted by the
 same `KernelEmitter`, reading the library's result as an input, and tiled as the Program tiled the kernel's
-parallel loops (so it runs on the kernel's own grid). It computes in f32 registers and rounds once, as Inductor's
-fused epilogues do.
+parallel loops (so it runs on the kernel's own grid). Each op computes in f32 registers and rounds to its own
+dtype, as eager rounds it (the generated kernels' rule).
 """
 from __future__ import annotations
 
