@@ -31,6 +31,15 @@ class TraceRecord:
     offset: int
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; `os.cpu_count()` counts the whole host, which in a
+    container can be many times more)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call (macOS)
+        return os.cpu_count() or 1
+
+
 class NativeProgram(CompiledProgram):
     """A Program compiled to a shared library with entry point `tg_run` (see `source.py`)."""
 
@@ -59,9 +68,7 @@ class NativeProgram(CompiledProgram):
         self._in_specs = [(v.type.shape, np.dtype(v.type.dtype.numpy)) for v in graph.inputs]
         self._fast_inputs = all(v.type.dtype is not DType.bf16 for v in graph.inputs)
         self._direct = list(graph.outputs) == list(generated.outputs)  # each written once, in order
-        self.threads = os.cpu_count() or 1  # scratch blocks in the working memory: the most threads a kernel uses
-        self._arena = np.empty(self.working_bytes + 64, dtype=np.uint8)
-        self._arena_ptr = self._arena_pointer()
+        self.threads = usable_cpus()
         if library is not None:
             # Idle OpenMP threads sleep instead of spinning (unless the user chose): spinning
             # threads steal the cores of the caller's other work between kernels. Read by libgomp
@@ -71,6 +78,22 @@ class NativeProgram(CompiledProgram):
             self._run = self._lib.tg_run
             self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             self._run.restype = ctypes.c_int
+
+    @property
+    def threads(self) -> int:
+        """The most threads a kernel runs on (fewer where OpenMP allows fewer: OMP_NUM_THREADS, or
+        `torch.set_num_threads` where torch shares this process's OpenMP runtime). The working block holds one
+        scratch block per thread, so setting it sizes the block again."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, count: int) -> None:
+        if int(count) < 1:
+            raise TilegraphError(f"{self.backend} backend: threads must be at least 1, got {count}")
+        with self._lock:
+            self._threads = int(count)
+            self._arena = np.empty(self.working_bytes + 64, dtype=np.uint8)
+            self._arena_ptr = self._arena_pointer()
 
     @property
     def working_bytes(self) -> int:
@@ -109,7 +132,7 @@ class NativeProgram(CompiledProgram):
                 in_ptrs[n] = a.ctypes.data
             for n, a in enumerate(outs):
                 out_ptrs[n] = a.ctypes.data
-            status = self._run(in_ptrs, out_ptrs, self._arena_ptr, self.threads)
+            status = self._run(in_ptrs, out_ptrs, self._arena_ptr, self._threads)
         if status:
             raise IndexError("gather: index out of range")
         if self._direct:

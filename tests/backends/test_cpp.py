@@ -64,6 +64,48 @@ def test_public_compile_entry_point():
     assert "backend cpp" in report and "arena" in report and FAST_FLAGS.split()[0] in report
 
 
+_MORE_THREADS_THAN_CPUS = """
+import numpy as np
+import tilegraph
+from tilegraph.backends import reference
+from tilegraph.backends.cpp.runtime import usable_cpus
+from tilegraph.frontends.dsl import parse_file
+graph = parse_file({path!r})
+params = {{v.name: a for v, a in reference.random_params(graph).items()}}
+fn = tilegraph.compile(graph, target="cpp", params=params)
+assert fn.generated.scratch > 0 and fn.threads == usable_cpus()
+x = reference.random_inputs(graph)
+want = reference.run(graph, x, params=params)
+fn.threads = usable_cpus() + 6
+for got, ref in zip(fn(*x), want):
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+print("ok", fn.threads)
+"""
+
+
+def test_more_threads_than_cpus_get_their_own_scratch_blocks():
+    """Threads set above the CPUs (OpenMP allowing them: OMP_NUM_THREADS) each get a scratch block of the working
+    memory; the working block was sized once, for the CPUs, so this wrote past its end."""
+    import os
+    import subprocess
+
+    from tilegraph.backends.cpp.runtime import usable_cpus
+
+    script = _MORE_THREADS_THAN_CPUS.format(path=str(EXAMPLES / "resnet_block.tg"))
+    env = {**os.environ, "OMP_NUM_THREADS": str(usable_cpus() + 6)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", str(usable_cpus() + 6)]
+
+
+def test_threads_must_be_positive():
+    graph = parse_file(EXAMPLES / "mlp.tg")
+    params = {v.name: a for v, a in reference.random_params(graph).items()}
+    fn = tilegraph.compile(graph, target="cpp", params=params, cxxflags=FAST_FLAGS)
+    with pytest.raises(TilegraphError, match="threads must be at least 1"):
+        fn.threads = 0
+
+
 # ----- random graphs ---------------------------------------------------------------------------------
 @settings(max_examples=15)
 @given(st.data())
