@@ -8,8 +8,8 @@ On the 16-core host of a GPU machine the dynamo CPU row ran 4.4x slower than Ind
 library and torch eager side by side at 1 thread, at half and at all of the CPUs this process may use (setting both
 `torch.set_num_threads` and the library's `threads`), then with nothing set, and again after CUDA is initialised
 where there is a GPU. Beside each row it records what fixes the thread count: the CPUs in the affinity mask (the
-main thread's and every thread's), the cgroup CPU quota, the OpenMP variables, torch's threads and the OpenMP
-runtimes loaded. Two runtimes (torch's own libgomp and the system's) mean `torch.set_num_threads` does not reach
+main thread's and every thread's), the cgroup CPU quota, the OpenMP and compiler variables, torch's threads, the
+OpenMP runtimes loaded, and the library's compiler flags. Two runtimes (torch's own libgomp and the system's) mean `torch.set_num_threads` does not reach
 tilegraph's kernels; `omp max` is the library's own runtime's `omp_get_max_threads()`, the cap on its threads.
 """
 from __future__ import annotations
@@ -71,7 +71,8 @@ def facts(torch, fn) -> str:
     lib = getattr(fn, "_lib", None)
     omp_max = lib.omp_get_max_threads() if lib is not None and hasattr(lib, "omp_get_max_threads") else "?"
     env = ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OMP_PROC_BIND",
-                                                   "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT") if k in os.environ)
+                                                   "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT", "CXX", "CXXFLAGS")
+                    if k in os.environ)
     return (f"torch {torch.get_num_threads()}; omp max {omp_max}; main thread CPUs {len(os.sched_getaffinity(0))} "
             f"of {os.cpu_count()}; quota {cgroup_quota()}; {env or 'no OMP variables'}; "
             f"runtimes {', '.join(Path(r).name for r in openmp_runtimes()) or 'none'}; "
@@ -113,6 +114,7 @@ def main() -> int:
     got = fn(*arrays)[0]
     error = float(np.abs(got - want.numpy()).max() / np.abs(want.numpy()).max())
     default_torch, default_tg, cpus = torch.get_num_threads(), fn.threads, usable_cpus()
+    built = f"{Path(fn.build_info.get('compiler', '?').split()[0]).name} {fn.build_info.get('flags', '?')}"
 
     def row(label: str) -> str:
         with torch.no_grad():
@@ -140,7 +142,7 @@ def main() -> int:
         "# C++ backend threads on this host: tilegraph vs torch eager", "",
         f"Run {when} by `python benchmarks/cpu_threads.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`; "
         f"torch {torch.__version__}; GPT-2 small, {args.layers} layers, batch 1, f32; max error vs eager "
-        f"{error:.1e} of the output's magnitude. Median ms per call over {ROUNDS} interleaved rounds of {CALLS} calls. "
+        f"{error:.1e} of the output's magnitude; built by `{built}`. Median ms per call over {ROUNDS} interleaved rounds of {CALLS} calls. "
         "`threads tg / torch`: the library's `threads` and `torch.get_num_threads()`; `omp max`: "
         "`omp_get_max_threads()` of the library's own OpenMP runtime (its cap); `threads by CPUs`: how many of the "
         "process's threads may run on which CPUs.", "",

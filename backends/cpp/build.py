@@ -1,7 +1,9 @@
 """Compiling generated source: compiler and flags, an on-disk cache, readable build errors.
 
-The compiler is `$CXX` (default `g++`), the flags `$CXXFLAGS` (default `-O3 -march=native
--fopenmp -fno-trapping-math`) plus what a shared library needs. `-fno-trapping-math` changes no
+The compiler is `$CXX` (default `g++`), the flags `$TILEGRAPH_CXXFLAGS` (default `-O3 -march=native
+-fopenmp -fno-trapping-math`) plus what a shared library needs. The generic `$CXXFLAGS` is not read: toolchain
+activations set it for other builds (conda's has `-march=nocona -O2` and no `-fopenmp`), and taking it would build
+single-threaded, unvectorised kernels without a word. `-fno-trapping-math` changes no
 value (the code never reads floating-point exception flags); it lets GCC if-convert the selects in
 the prelude's exp/erf/tanh, without which loops calling them stay scalar. Libraries are cached
 under the user's cache directory (`$XDG_CACHE_HOME/tilegraph` or `~/.cache/tilegraph`, created private), keyed by a hash
@@ -46,10 +48,13 @@ def find_compiler(cxx: str | None = None) -> str:
     return shlex.join([path, *words[1:]])
 
 
+FLAGS_VARIABLE = "TILEGRAPH_CXXFLAGS"
+
+
 def compile_flags(cxxflags: str | Sequence[str] | None = None) -> list[str]:
-    """`cxxflags` (or `$CXXFLAGS`, or the defaults), then the flags every build needs."""
+    """`cxxflags` (or `$TILEGRAPH_CXXFLAGS`, or the defaults), then the flags every build needs."""
     if cxxflags is None:
-        cxxflags = os.environ.get("CXXFLAGS")
+        cxxflags = os.environ.get(FLAGS_VARIABLE)
     if cxxflags is None:
         flags = list(DEFAULT_FLAGS)
     else:

@@ -17,7 +17,7 @@ from strategies import graph_inputs, graphs, head_split_attention
 
 import tilegraph
 from tilegraph.backends import cpp, reference
-from tilegraph.backends.cpp.build import BuildError, build_library, compile_flags
+from tilegraph.backends.cpp.build import DEFAULT_FLAGS, BuildError, build_library, compile_flags
 from tilegraph.backends.cpp.names import mangle
 from tilegraph.frontends.dsl import parse, parse_file
 from tilegraph.ir import DType, GraphBuilder, InputError, TilegraphError
@@ -513,7 +513,7 @@ def test_a_missing_compiler_is_a_clear_error(monkeypatch):
 
 
 def test_cxxflags_from_the_environment_and_the_disk_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("CXXFLAGS", "-O0")
+    monkeypatch.setenv("TILEGRAPH_CXXFLAGS", "-O0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     b = GraphBuilder("small")
     b.output(b.relu(b.input("x", [5])))
@@ -525,6 +525,13 @@ def test_cxxflags_from_the_environment_and_the_disk_cache(monkeypatch, tmp_path)
     assert (tmp_path / "tilegraph").stat().st_mode & 0o077 == 0  # private to the user
     x = np.array([-1, 2, -3, 4, 0], dtype=np.float32)
     np.testing.assert_array_equal(second(x)[0], np.maximum(x, 0))
+
+
+def test_a_toolchains_generic_cxxflags_leave_the_kernels_flags_alone(monkeypatch):
+    """conda's compiler activation sets CXXFLAGS for other builds (no OpenMP, an old -march): not ours."""
+    monkeypatch.delenv("TILEGRAPH_CXXFLAGS", raising=False)
+    monkeypatch.setenv("CXXFLAGS", "-march=nocona -mtune=haswell -O2 -pipe")
+    assert compile_flags() == [*DEFAULT_FLAGS, "-std=c++17", "-shared", "-fPIC"]
 
 
 def test_gather_index_out_of_range_raises():
