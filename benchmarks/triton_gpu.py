@@ -200,6 +200,16 @@ def kernel_profile(torch, call, top: int = 10) -> tuple[float, str]:
     return total / 1e3, "\n".join(lines)
 
 
+def compiled_kernels(torch, call) -> str:
+    """The note's part for torch.compile's device time per call (its top kernels printed for the log)."""
+    try:
+        total, profile_log = kernel_profile(torch, call)
+    except Exception as exc:  # noqa: BLE001 (the row keeps its times)
+        return f"compile's profile failed: {short_error(exc)}"
+    print(f"torch.compile's{profile_log}", flush=True)
+    return f"compile's kernels {total:.3f} ms"
+
+
 def short_error(exc: BaseException, limit: int = 160) -> str:
     """One line for the table's note: the exception's type and first line, without table separators."""
     text = str(exc).strip().splitlines()
@@ -273,6 +283,8 @@ def run_case(torch, case: str, shape: str, dtype: str, source, inputs, eager, *,
             synchronize(torch)
             if mode is None:
                 comp_first, comp_ms = time.perf_counter() - start, bench(lambda: comp(*inputs))
+                if model and not DRY_RUN:  # its device time beside ours: a row lost on kernels or on launches
+                    note = f"{note}; {compiled_kernels(torch, lambda: comp(*inputs))}"
             else:
                 comp(*inputs)  # reduce-overhead records its CUDA graph on a later call
                 ro_ms = bench(lambda: comp(*inputs))
@@ -458,7 +470,8 @@ def table(rows: list[Row], bandwidth: float, device: str, command: str, pending:
            "capture (else the note says \"no replay\"), as "
            "`torch.compile(backend=\"tilegraph\")` does by default; `tg launched` times them one by one (torch.compile's default mode launches one by one "
            "too); `compile-ro`: torch.compile(mode=\"reduce-overhead\"), which replays CUDA graphs. The note's "
-           "`kernels` is tilegraph's device time per call (torch profiler): the floor a replay approaches.", ""]
+           "`kernels` is tilegraph's device time per call (torch profiler): the floor a replay approaches; "
+           "`compile's kernels`, torch.compile's (default mode).", ""]
     models = [r for r in rows if r.note.startswith("model") and r.compiled_ms and r.tilegraph_ms == r.tilegraph_ms]
     for label, peer in (("compile", "compiled_ms"), ("compile-ro", "compiled_ro_ms")):
         timed = [r for r in models if getattr(r, peer)]
