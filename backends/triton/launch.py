@@ -165,16 +165,17 @@ class Launcher:
     def tune(self, inputs: Sequence[Any]) -> None:
         """Time each kernel's launch configurations (and a dot kernel's block sizes) on tensors for these inputs
         (CUDA only; cached on disk; `tuner.py`). The kernels expected to take longest go first, since one budget
-        serves the program; each kernel's candidates compile side by side before they are timed."""
+        serves the program (counting every launch of a kernel: a repeated layer's weighs as all its launches);
+        each kernel's candidates compile side by side before they are timed."""
         from . import autotune
-        from .tuner import expected_seconds
+        from .tuner import state_of
 
         program, module = self.program, self.program.module()
         cache = autotune.ConfigCache()
         env, _ = self.arguments(inputs)
         kernels = [(step, source) for step, source in zip(self.steps, program.generated.kernels) if source is not None]
-        target = program.program.target
-        kernels.sort(key=lambda kernel: -expected_seconds(program.program.kernels[kernel[0].position], target))
+        expected = dict(state_of(program).left)  # canonical source -> expected seconds of all its launches
+        kernels.sort(key=lambda kernel: -expected.get(autotune.canonical(kernel[1].text), 0.0))
         for step, source in kernels:
             args = [env[i] for i in self.argument_slots(source)]
 

@@ -594,3 +594,30 @@ def test_the_longest_kernels_get_most_of_the_budget():
     state = tuner.TuningState(autotune.Budget(60.0), len(left), dict(left))
     assert tuner.budget_share(state, "mlp_up", 60.0) == pytest.approx(60.0 * 290 / 878)
     assert tuner.budget_share(state, "norm", 40.0) == tuner.MIN_KERNEL_S
+
+
+def test_kernels_are_tuned_longest_first_counting_every_launch(monkeypatch):
+    """Three launches of one layer's kernel outweigh a single kernel each launch of which is longer: the layer goes
+    first (ordered by one launch each, the single kernel went first)."""
+    graph = parse("""def f(x: f32[64, 64], w1: f32[64, 64], w2: f32[64, 64], w3: f32[64, 64], w4: f32[64, 160])
+        -> f32[64, 160] {
+        return relu(relu(relu(x @ w1) @ w2) @ w3) @ w4
+    }""")
+    fn = tilegraph.compile(graph, target="triton")
+    target = fn.program.target
+    sources = {p: s for p, s in enumerate(fn.generated.kernels) if s is not None}
+    keys = {p: autotune.canonical(s.text) for p, s in sources.items()}
+    layer, single = (max(set(keys.values()), key=list(keys.values()).count),
+                     min(set(keys.values()), key=list(keys.values()).count))
+    one_launch = {keys[p]: tuner.expected_seconds(fn.program.kernels[p], target) for p in sources}
+    assert list(keys.values()).count(layer) == 3 and one_launch[single] > one_launch[layer]
+    order = []
+
+    def record(position, *args, **kwargs):
+        order.append(keys[position])
+        return fn.configs[position]
+
+    monkeypatch.setattr(fn, "_tune", record)
+    launcher = fn.launcher()
+    launcher.tune(launcher.check([torch.from_numpy(a) for a in reference.random_inputs(graph)]))
+    assert order[0] == layer and order[-1] == single
