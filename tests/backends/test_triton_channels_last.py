@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch", reason="the Triton backend runs on torch tensors")
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install 'tilegraph[triton]')")
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
@@ -122,11 +122,13 @@ def test_direct_launches_bind_channels_last_views_in_their_stored_shape():
 
 @given(n=st.integers(1, 2), c=st.sampled_from([3, 4, 8]), hw=st.integers(5, 10), f=st.sampled_from([4, 8]),
        k=st.sampled_from([1, 3]), stride=st.integers(1, 2), grouped=st.booleans(), pool=st.booleans(),
-       calls=st.booleans())
+       calls=st.booleans(), copy=st.booleans())
+@example(n=1, c=4, hw=6, f=4, k=3, stride=1, grouped=False, pool=False, calls=True, copy=True)
 @settings(max_examples=8, deadline=None)
-def test_any_convolution_chain_runs_channels_last(n, c, hw, f, k, stride, grouped, pool, calls):
+def test_any_convolution_chain_runs_channels_last(n, c, hw, f, k, stride, grouped, pool, calls, copy):
     """conv -> batch norm -> ReLU -> (grouped) conv + residual -> (max pool): the same results channels-last, with
-    the generated kernels or the convolutions' library calls."""
+    the generated kernels or the convolutions' library calls, the image read as it is or (`copy`, where its channels
+    fill whole vectors) through its channels-last copy."""
     groups = f if grouped else 1
     oh = (hw + 2 * (k // 2) - k) // stride + 1
     ph = (oh - 2) // 2 + 1 if pool else oh
@@ -139,7 +141,10 @@ def test_any_convolution_chain_runs_channels_last(n, c, hw, f, k, stride, groupe
               f"  return {tail}\n}}")
     graph = parse(source)
     inputs = reference.random_inputs(graph)
-    fn = tilegraph.compile(graph, target="triton")
+    layout = "layout{copy_inputs_from=0}" if copy else "layout"
+    fn = tilegraph.compile(graph, target="triton", pipeline=pipeline(True).replace("layout", layout))
+    copied = [k for k in fn.program.kernels if k.name.endswith("_nhwc")]
+    assert len(copied) == (copy and c * 4 % 16 == 0)
     if calls:
         assert with_conv_calls(fn) >= 1
     assert_same(fn(*inputs), reference.run(graph, inputs), [v.type for v in graph.outputs])

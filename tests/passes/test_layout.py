@@ -49,16 +49,26 @@ def eligible(program) -> set:
 
 
 @given(n=st.integers(1, 2), c=st.sampled_from([3, 8]), hw=st.sampled_from([4, 6, 8]), f=st.sampled_from([4, 8]),
-       depthwise=st.booleans(), pool=st.booleans(), flatten=st.booleans())
+       depthwise=st.booleans(), pool=st.booleans(), flatten=st.booleans(), copy=st.booleans())
 @settings(max_examples=20, deadline=None)
-def test_exactly_the_eligible_tensors_are_stored_channels_last(n, c, hw, f, depthwise, pool, flatten):
-    """The pass stores NHWC exactly the tensors its contract names, the Program stays valid through tiling, the
-    text form round-trips, and without the pass (or with its option off) nothing is laid out."""
+def test_exactly_the_eligible_tensors_are_stored_channels_last(n, c, hw, f, depthwise, pool, flatten, copy):
+    """The pass stores NHWC exactly the tensors its contract names, and copies exactly the graph inputs it names
+    (`copy`: whatever their size; else these small ones never), the Program stays valid through tiling, the text
+    form round-trips, and without the pass (or with its option off) nothing is laid out."""
     graph = parse(chain(n, c, hw, f, depthwise, pool, flatten))
-    program = PassManager(f"canonicalize,fuse,layout,tile{{target={GPU}}}").run(graph)
+    options = "{copy_inputs_from=0}" if copy else ""
+    program = PassManager(f"canonicalize,fuse,layout{options},tile{{target={GPU}}}").run(graph)
     laid = program.storage_orders()
     assert set(laid) == eligible(program) and all(order == NHWC for order in laid.values())
-    assert not set(laid) & {*graph.inputs, *graph.outputs, *graph.params}
+    assert not set(laid) & {*program.graph.inputs, *program.graph.outputs, *program.graph.params}
+    copies = [k for k in program.kernels if k.name.endswith("_nhwc")]
+    assert len(copies) == (copy and c * 4 % 16 == 0)  # f32: 8 channels fill two vectors, 3 leave a remainder
+    for kernel in copies:
+        (node,) = kernel.nodes
+        source, result = node.inputs[0], node.result
+        assert node.op == "cast" and node.attrs["dtype"] == source.type.dtype and source in program.graph.inputs
+        assert laid[result] == NHWC and all(k.nodes[0].op == "conv2d" for k in program.kernels if result in k.inputs)
+        assert not any(source in k.inputs for k in program.kernels if k is not kernel)
     verify_program(program)
     text = print_program(program)
     assert print_program(parse_program(text)) == text
