@@ -11,7 +11,8 @@
 # timed choice between a CUDA graph's replay and plain launches, and a gated product's fused epilogue are new),
 # the batch-1 rows of the larger models, which have never run (`--batch 1` now runs them in a quick plan), and
 # the rows the replay choice should move (the ResNet-18 block in f32, the Llama block) with ViT f32, which did
-# not fit, and last the host's CPU threads (`cpu_threads.py`). Then, on the warm machine, what is left:
+# not fit, the ResNet-18 block in bf16 (its input now copied channels-last), and last the host's CPU threads
+# (`cpu_threads.py`). Then, on the warm machine, what is left:
 # `triton 0 150` (the single kernels and launch overhead).
 set -uo pipefail
 WHAT=${1:-next}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
@@ -80,6 +81,8 @@ if [ "$WHAT" = next ]; then
   triton_tests
   rows batch1_large --batch 1 --dtype bf16,f32 --only bert_base,gpt2_small,vit_base,resnet50
   rows replay_choice --batch 32 --dtype f32 --only resnet18_basic_block,llama_decoder_block,vit_base
+  # the ResNet-18 block's input copied channels-last (layout pass) in bf16 too, where its first conv took 2.1x the second
+  rows r18_bf16 --batch 32 --dtype bf16 --only resnet18_basic_block
   # the host's CPU side (no GPU time but the wall clock, ~20 s): why the dynamo CPU row ran 4.4x slower than
   # Inductor on this host's 16 cores while 1.5x faster on 2
   timeout 120 python3 benchmarks/cpu_threads.py --out "$OUT/cpu_threads.md" >"$OUT/cpu_threads.log" 2>&1
