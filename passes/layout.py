@@ -10,7 +10,7 @@ that). A depthwise convolution then tiles its channels, not its image rows, to k
 model sees the contiguous axis). Graph inputs and outputs keep the caller's layout.
 
 A graph input that a convolution reads (`copy_inputs_from` bytes or more, its channels whole 16-byte vectors) is
-copied NHWC first, by a kernel of its own (a `cast` to its own dtype, the copy stored channels-last), and the
+copied NHWC first, by a kernel of its own (`<input>_nhwc`: a `cast` to its own dtype, stored channels-last), and the
 convolution reads the copy. Read NCHW, a window shifted by one pixel along the image row leaves the loads
 misaligned: on an H200 the ResNet-18 block's first 3x3 convolution, over its NCHW input, took 0.087 ms (f32, batch
 32; 96 of its loads one element wide) where the second, over the block's NHWC activations, took 0.063 (bf16:
@@ -82,7 +82,7 @@ def copy_inputs(program: Program, inputs: tuple[Value, ...]) -> Program:
                                  before=kernels[first].nodes[0], loc=convs[0].nodes[0].loc)
         for kernel in convs:
             graph.set_input(kernel.nodes[0], 0, copy.result)
-        kernels.insert(first, Kernel(f"{kernels[first].name}_nhwc", (copy,)))
+        kernels.insert(first, Kernel(copy.result.name, (copy,)))  # (value names are unique, kernels' k<n>)
         kernels = [Kernel(k.name, k.nodes, k.tiles, k.kind) for k in kernels]  # (their inputs changed: no cache)
     return replace(program, graph=graph, kernels=tuple(kernels))
 
