@@ -1,7 +1,7 @@
 """How the C++ backend's threads scale on this host, with the facts that decide them.
 
-    python benchmarks/cpu_threads.py                 # GPT-2 small (2 layers), batch 1, f32; writes results/cpu_threads.md
-    python benchmarks/cpu_threads.py --out /tmp/t.md
+    python benchmarks/cpu_threads.py                 # writes benchmarks/results/cpu_threads.md
+    python benchmarks/cpu_threads.py --out /tmp/t.md # GPT-2 small (2 layers), batch 1, f32, anywhere
 
 On the 16-core host of a GPU machine the dynamo CPU row ran 4.4x slower than Inductor (`dynamo_gpu.md`), while on a
 2-core machine it is 1.5x faster: as if tilegraph's kernels ran on one thread there. This script times tilegraph's
@@ -9,8 +9,9 @@ library and torch eager side by side at 1 thread, at half and at all of the CPUs
 `torch.set_num_threads` and the library's `threads`), then with nothing set, and again after CUDA is initialised
 where there is a GPU. Beside each row it records what fixes the thread count: the CPUs in the affinity mask (the
 main thread's and every thread's), the cgroup CPU quota, the OpenMP and compiler variables, torch's threads, the
-OpenMP runtimes loaded, and the library's compiler flags. Two runtimes (torch's own libgomp and the system's) mean `torch.set_num_threads` does not reach
-tilegraph's kernels; `omp max` is the library's own runtime's `omp_get_max_threads()`, the cap on its threads.
+OpenMP runtimes loaded, and the library's compiler flags. Two runtimes (torch's own libgomp and the system's) mean
+`torch.set_num_threads` does not reach tilegraph's kernels; `omp max` is the library's own runtime's
+`omp_get_max_threads()`, the cap on its threads.
 """
 from __future__ import annotations
 
@@ -142,7 +143,8 @@ def main() -> int:
         "# C++ backend threads on this host: tilegraph vs torch eager", "",
         f"Run {when} by `python benchmarks/cpu_threads.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`; "
         f"torch {torch.__version__}; GPT-2 small, {args.layers} layers, batch 1, f32; max error vs eager "
-        f"{error:.1e} of the output's magnitude; built by `{built}`. Median ms per call over {ROUNDS} interleaved rounds of {CALLS} calls. "
+        f"{error:.1e} of the output's magnitude; built by `{built}`. Median ms per call over {ROUNDS} interleaved "
+        f"rounds of {CALLS} calls. "
         "`threads tg / torch`: the library's `threads` and `torch.get_num_threads()`; `omp max`: "
         "`omp_get_max_threads()` of the library's own OpenMP runtime (its cap); `threads by CPUs`: how many of the "
         "process's threads may run on which CPUs.", "",

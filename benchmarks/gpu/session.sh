@@ -81,7 +81,7 @@ if [ "$WHAT" = next ]; then
   triton_tests
   rows batch1_large --batch 1 --dtype bf16,f32 --only bert_base,gpt2_small,vit_base,resnet50
   rows replay_choice --batch 32 --dtype f32 --only resnet18_basic_block,llama_decoder_block,vit_base
-  # the ResNet-18 block's input copied channels-last (layout pass) in bf16 too, where its first conv took 2.1x the second
+  # the ResNet-18 block in bf16 too, its input now copied channels-last (its first conv took 2.1x the second)
   rows r18_bf16 --batch 32 --dtype bf16 --only resnet18_basic_block
   # the host's CPU side (no GPU time but the wall clock, ~20 s): why the dynamo CPU row ran 4.4x slower than
   # Inductor on this host's 16 cores while 1.5x faster on 2

@@ -143,7 +143,8 @@ def test_any_convolution_chain_runs_channels_last(n, c, hw, f, k, stride, groupe
     inputs = reference.random_inputs(graph)
     layout = "layout{copy_inputs_from=0}" if copy else "layout"
     fn = tilegraph.compile(graph, target="triton", pipeline=pipeline(True).replace("layout", layout))
-    copied = [k for k in fn.program.kernels if k.nodes[0].op == "cast" and k.nodes[0].inputs[0] in fn.program.graph.inputs]
+    inputs_of = set(fn.program.graph.inputs)
+    copied = [k for k in fn.program.kernels if k.nodes[0].op == "cast" and k.nodes[0].inputs[0] in inputs_of]
     assert len(copied) == (copy and c * 4 % 16 == 0)
     if calls:
         assert with_conv_calls(fn) >= 1
