@@ -3,7 +3,7 @@
     python benchmarks/cpu_matmul_tiles.py 128 2816 1024 d0=64,d1=16,d2=2816 d0=64,d1=32,d2=2816 d1=64,d0=16,d2=2816
     python benchmarks/cpu_matmul_tiles.py 128 3072 768 --out benchmarks/results/cpu_matmul_tiles.md ...
 
-`x[M, K] @ w[K, N]` through `canonicalize,fuse,tile{target=cpu}`; the tile pass's own choice is the first row, then
+`x[M, K] @ w[K, N]` (w a parameter, as a model's weights are) through `canonicalize,fuse,tile{target=cpu}`; the tile pass's own choice is the first row, then
 each tiling given (loops named as the kernel names them, outermost first: the order is part of the tiling). Every
 build is checked against numpy, then all are timed in interleaved rounds (the median of 7 rounds of 3 calls) on
 the threads OpenMP gives (OMP_NUM_THREADS, else every CPU of the process). `--out` appends the table to a file.
@@ -26,7 +26,7 @@ def build(m: int, k: int, n: int):
     from tilegraph.frontends.dsl import parse
     from tilegraph.passes import PassManager
 
-    graph = parse(f"def f(x: f32[{m}, {k}], w: f32[{k}, {n}]) -> f32[{m}, {n}] {{ return x @ w }}")
+    graph = parse(f"def f(x: f32[{m}, {k}]) -> f32[{m}, {n}] {{\n  param w: f32[{k}, {n}]\n  return x @ w\n}}")
     program = PassManager("canonicalize,fuse,tile{target=cpu}").run(graph)
     (kernel,) = program.kernels
     return program, kernel
@@ -61,9 +61,10 @@ def main() -> int:
     w = rng.standard_normal((args.k, args.n), dtype=np.float32)
     want = x @ w
     fns = []
+    (param,) = program.graph.params
     for tiling in tilings:
-        fn = cpp.build(program.with_kernels([kernel.with_tiles(tiling)]), {})
-        got = fn(x, w)[0]
+        fn = cpp.build(program.with_kernels([kernel.with_tiles(tiling)]), {param: w})
+        got = fn(x)[0]
         if not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
             raise SystemExit(f"cpu_matmul_tiles.py: tiling {tiling} computes another product")
         fns.append(fn)
@@ -72,7 +73,7 @@ def main() -> int:
         for fn, spent in zip(fns, times):
             start = time.perf_counter()
             for _ in range(CALLS):
-                fn(x, w)
+                fn(x)
             spent.append((time.perf_counter() - start) / CALLS)
     flops = 2 * args.m * args.k * args.n
     lines = ["| tiling (outermost first) | ms | GFLOP/s |", "|---|---:|---:|"]

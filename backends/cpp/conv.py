@@ -29,8 +29,8 @@ from .buffers import GlobalBuffer, affine_text, linear, row_major_strides
 class WeightPack:
     """A load-time copy of constant `source` in blocks of `block` along axis `axis` (zero-padded
     to whole blocks), the block index outermost, then the other axes in order, the block's
-    elements innermost (OIHW -> O/16 I H W 16o): the weights one vector of a register block reads
-    over the whole reduction are contiguous."""
+    elements innermost (OIHW -> O/16 I H W 16o; a matmul's weight [K, N] -> [N/16, K, 16]): the
+    weights one vector of a register block reads over the whole reduction are contiguous."""
 
     source: Value
     axis: int
@@ -109,7 +109,7 @@ def plan_channels(emitter, i: int, keep: list[int], inputs) -> ChannelPlan | Non
     maps = [domain.compose_map(i, m) for m in space.inputs]
     for n, (weight, amap) in enumerate(zip(node.inputs, maps)):
         other, omap = node.inputs[1 - n], maps[1 - n]
-        if weight not in inputs or not _load_time(weight, emitter.folded) or amap.pad is not None:
+        if weight not in inputs or not load_time(weight, emitter.folded) or amap.pad is not None:
             continue
         axes = [dict(e.terms) for e in amap.exprs]
         steps = linear(omap, row_major_strides(other.type.shape))[0]
@@ -127,7 +127,7 @@ def plan_channels(emitter, i: int, keep: list[int], inputs) -> ChannelPlan | Non
     return None
 
 
-def _load_time(value: Value, folded) -> bool:
+def load_time(value: Value, folded) -> bool:
     """Whether `value` is known when the program loads (a parameter or a folded value)."""
     return value.kind is ValueKind.PARAM or (value.producer is not None and value.producer in folded)
 

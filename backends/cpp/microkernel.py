@@ -9,6 +9,7 @@ body is a sum of products in f32, the block is written with explicit vectors; pa
 edges along `v` load only their lanes inside the tensor (masked loads), other edges run a scalar
 block. MR and NR come from `MicroKernel`, capped by the tile sizes the tiling pass chose; NR
 widens when the tile caps MR, so the block keeps enough accumulators to hide the FMA latency.
+A matmul's weight is read from a load-time copy in panels one vector wide (`plan_weight_panels`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tilegraph.ir.types import DType
 
 from .buffers import ConstantBuffer, Var, affine_text, element_steps, loops_read, store
 from .code import Code
-from .conv import PackedBuffer, plan_channels, row_blocks
+from .conv import PackedBuffer, WeightPack, load_time, plan_channels, row_blocks
 from .flatrows import FlatPlan, FlatRows
 from .names import compute_type, init_literal
 from .scalar import scalar_expr
@@ -106,6 +107,33 @@ class RegisterBlocks(FlatRows):
                 while k in self.parallel and k not in (plan.u, v) and self.tile[k] > 1 \
                         and tiles() < self.micro.threads_hint:
                     self.tile[k] = -(-self.tile[k] // 2)
+
+    def plan_weight_panels(self, inputs) -> None:
+        """Read a row block's load-time constant operand whose contiguous axis is the block's vector loop `v` and
+        which runs along a reduction (a matmul's weight [K, N]) from a copy packed in panels one vector wide
+        (`conv.WeightPack` along that axis: [N/16, K, 16]), so that the columns a block reads down the reduction are
+        one contiguous stream. Row-major they are N elements apart: 4 KiB for Llama's MLP-down weight (N = 1024),
+        a stride that maps a 2816-row strip onto few cache sets (`benchmarks/results/cpu_matmul_tiles.md`)."""
+        width = self.dialect.vector_width
+        for i, space in enumerate(self.domain.spaces):
+            if i in self.skipped or i in self.channel_plans or space is None or any(init is None for init in space.init):
+                continue
+            keep = self._order(i, [k for k in self.domain.iterates(i) if k not in self.domain.reduces(i)])
+            v = keep[-1] if keep else None
+            if not self._vectorizable(i, v) or (self.tile[v] % width and self.tile[v] < self.extents[v]):
+                continue  # (a block must start on a panel's first column)
+            for weight, amap in zip(self.domain.nodes[i].inputs, space.inputs):
+                cmap = self.domain.compose_map(i, amap)
+                axes = [dict(e.terms) for e in cmap.exprs]
+                literal = weight.producer in self.folded and ConstantBuffer.of(weight) is not None
+                if weight not in inputs or not load_time(weight, self.folded) or literal or cmap.pad is not None \
+                        or len(axes) < 2 or any(e.const for e in cmap.exprs) \
+                        or any(len(t) != 1 or set(t.values()) != {1} for t in axes) \
+                        or v not in axes[-1] or not any(k in t for t in axes for k in self.domain.reduces(i)):
+                    continue
+                pack = WeightPack(weight, len(axes) - 1, width)
+                if self.packs.setdefault(weight, pack) != pack:
+                    continue  # (packed another way for another node of this kernel: read that copy as it is)
 
     def _span(self, ranges: dict[int, tuple[str, str]], k: int) -> int:
         """The longest range loop k takes in `ranges` (its tile, or its extent when whole)."""

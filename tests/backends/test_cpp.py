@@ -302,6 +302,31 @@ def test_linear_layers_and_matrix_vector_products(flags, m, k, n):
     assert "vacc[uu][q]" in compiled.source and compiled.generated.folding.inputs
 
 
+@pytest.mark.parametrize("m,k,n,tiles,packed", [
+    (16, 64, 64, (8, 32, 64), True),     # whole panels
+    (9, 40, 40, (8, 32, 16), True),      # a partial last panel (8 of 16 columns): zero-padded, masked
+    (8, 48, 64, (8, 16, 16), True),      # the reduction in tiles (carried), one panel a block
+    (8, 32, 40, (8, 40, 32), True),      # the whole width as one tile, 40 columns in 3 panels
+    (8, 32, 40, (8, 24, 32), False),     # tiles starting mid-panel: read row-major
+])
+def test_a_matmul_weight_is_read_from_panels_one_vector_wide(m, k, n, tiles, packed):
+    """x @ w with w a parameter: the register block reads w from its load-time copy in panels of 16 columns
+    ([N/16, K, 16]: the columns down the reduction contiguous) wherever its column tiles start on a panel."""
+    b = GraphBuilder("panels")
+    x, w = b.input("x", [m, k]), b.param("w", [k, n])
+    b.output(b.relu(b.matmul(x, w)))
+    program = schedule(b.graph, CPU)
+    (kernel,) = program.kernels
+    program = program.with_kernels([kernel.with_tiles(tuple(zip((loop.name for loop in kernel.domain.loops),
+                                                                  tiles)))])
+    params = bound_params(b.graph, program)
+    compiled = cpp.build(program, params, cxxflags=NATIVE_FLAGS)
+    packs = compiled.generated.folding.packs
+    assert [(p.source.name, p.axis, p.block) for p in packs] == ([("w", 1, 16)] if packed else [])
+    inputs = reference.random_inputs(b.graph)
+    assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
+
+
 def test_folded_constants_are_literals_in_elementwise_code_and_micro_kernels():
     """pow(x, 3) with a literal exponent (the prelude turns it into products), and a constant
     matrix as a matmul operand, read as a broadcast literal in the vector register block."""

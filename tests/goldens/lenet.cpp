@@ -471,7 +471,7 @@ static int kernel_k4(const float* __restrict__ flat, const float* __restrict__ f
                   for (int64_t q = 0; q < 8; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 400; ++i2) {
-                  tg_vf a1[8]; { const int64_t lane_lo = 0; const int64_t lane_hi = nv; tg_load_lanes(a1, &fc1_weight[b1 + 120 * i2], lane_lo, lane_hi, 8); }
+                  tg_vf a1[8]; for (int64_t q = 0; q < 8; ++q) if (q * 16 < nv) std::memcpy(&a1[q], &fc1_weight[(((b1 + q * 16)) / 16) * 6400 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf)); else a1[q] = tg_vf{};
 #pragma GCC unroll 2
                   for (int64_t uu = 0; uu < 2; ++uu) {
                     const float a0 = flat[400 * (b0 + uu) + i2];
@@ -526,7 +526,7 @@ static int kernel_k5(const float* __restrict__ f1, const float* __restrict__ fc2
                   for (int64_t q = 0; q < 3; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 120; ++i2) {
-                  tg_vf a1[3]; for (int64_t q = 0; q < 3; ++q) std::memcpy(&a1[q], &fc2_weight[(b1 + q * 16) + 84 * i2], sizeof(tg_vf));
+                  tg_vf a1[3]; for (int64_t q = 0; q < 3; ++q) std::memcpy(&a1[q], &fc2_weight[(((b1 + q * 16)) / 16) * 1920 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf));
 #pragma GCC unroll 4
                   for (int64_t uu = 0; uu < 4; ++uu) {
                     const float a0 = f1[120 * (b0 + uu) + i2];
@@ -556,7 +556,7 @@ static int kernel_k5(const float* __restrict__ f1, const float* __restrict__ fc2
                   for (int64_t q = 0; q < 3; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 120; ++i2) {
-                  tg_vf a1[3]; { const int64_t lane_lo = 0; const int64_t lane_hi = nv; tg_load_lanes(a1, &fc2_weight[b1 + 84 * i2], lane_lo, lane_hi, 3); }
+                  tg_vf a1[3]; for (int64_t q = 0; q < 3; ++q) if (q * 16 < nv) std::memcpy(&a1[q], &fc2_weight[(((b1 + q * 16)) / 16) * 1920 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf)); else a1[q] = tg_vf{};
 #pragma GCC unroll 4
                   for (int64_t uu = 0; uu < 4; ++uu) {
                     const float a0 = f1[120 * (b0 + uu) + i2];
@@ -614,7 +614,7 @@ static int kernel_k6(const float* __restrict__ f2, const float* __restrict__ fc3
                 for (int64_t q = 0; q < 1; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
               }
               for (int64_t i2 = 0; i2 < 84; ++i2) {
-                tg_vf a1[1]; { const int64_t lane_lo = 0; const int64_t lane_hi = nv; tg_load_lanes(a1, &fc3_weight[b1 + 10 * i2], lane_lo, lane_hi, 1); }
+                tg_vf a1[1]; for (int64_t q = 0; q < 1; ++q) if (q * 16 < nv) std::memcpy(&a1[q], &fc3_weight[(((b1 + q * 16)) / 16) * 1344 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf)); else a1[q] = tg_vf{};
 #pragma GCC unroll 8
                 for (int64_t uu = 0; uu < 8; ++uu) {
                   const float a0 = f2[84 * (b0 + uu) + i2];
@@ -750,6 +750,9 @@ extern "C" int64_t tg_scratch_bytes() { return 9408; }
 extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
   tg_scratch = arena + 188160;
+  const float* fc1_weight_packed = reinterpret_cast<const float*>(ins[13]);
+  const float* fc2_weight_packed = reinterpret_cast<const float*>(ins[14]);
+  const float* fc3_weight_packed = reinterpret_cast<const float*>(ins[15]);
   float* x = reinterpret_cast<float*>(ins[0]);
   float* conv1_weight = reinterpret_cast<float*>(ins[1]);
   float* conv1_bias = reinterpret_cast<float*>(ins[2]);
@@ -775,8 +778,8 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   if (!err) err = kernel_k1(v2, p1);
   if (!err) err = kernel_k2(p1, conv2_weight, v4, v5);
   if (!err) err = kernel_k3(v5, flat);
-  if (!err) err = kernel_k4(flat, fc1_weight, fc1_bias, f1);
-  if (!err) err = kernel_k5(f1, fc2_weight, fc2_bias, f2);
-  if (!err) err = kernel_k6(f2, fc3_weight, fc3_bias, v18);
+  if (!err) err = kernel_k4(flat, fc1_weight_packed, fc1_bias, f1);
+  if (!err) err = kernel_k5(f1, fc2_weight_packed, fc2_bias, f2);
+  if (!err) err = kernel_k6(f2, fc3_weight_packed, fc3_bias, v18);
   return err;
 }

@@ -96,7 +96,7 @@ static int kernel_k0(const float* __restrict__ x, const float* __restrict__ w1_,
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 256; ++i2) {
-                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &w1_[(b1 + q * 16) + 1024 * i2], sizeof(tg_vf));
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &w1_[(((b1 + q * 16)) / 16) * 4096 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf));
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = x[256 * (b0 + uu) + i2];
@@ -153,7 +153,7 @@ static int kernel_k1(const float* __restrict__ h_, const float* __restrict__ w2_
                   for (int64_t q = 0; q < 1; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 1024; ++i2) {
-                  tg_vf a1[1]; for (int64_t q = 0; q < 1; ++q) std::memcpy(&a1[q], &w2_[(b1 + q * 16) + 256 * i2], sizeof(tg_vf));
+                  tg_vf a1[1]; for (int64_t q = 0; q < 1; ++q) std::memcpy(&a1[q], &w2_[(((b1 + q * 16)) / 16) * 16384 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf));
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = h_[1024 * (b0 + uu) + i2];
@@ -187,6 +187,8 @@ extern "C" int64_t tg_scratch_bytes() { return 0; }
 
 extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
+  const float* w1_packed = reinterpret_cast<const float*>(ins[4]);
+  const float* w2_packed = reinterpret_cast<const float*>(ins[5]);
   float* x = reinterpret_cast<float*>(ins[0]);
   float* w1_ = reinterpret_cast<float*>(ins[1]);
   float* b1_ = reinterpret_cast<float*>(ins[2]);
@@ -194,7 +196,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   float* v3 = reinterpret_cast<float*>(outs[0]);
   float* h_ = reinterpret_cast<float*>(arena + 0);
   int err = 0;
-  if (!err) err = kernel_k0(x, w1_, b1_, h_);
-  if (!err) err = kernel_k1(h_, w2_, x, v3);
+  if (!err) err = kernel_k0(x, w1_packed, b1_, h_);
+  if (!err) err = kernel_k1(h_, w2_packed, x, v3);
   return err;
 }

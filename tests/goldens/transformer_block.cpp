@@ -286,7 +286,7 @@ static int kernel_k1(const float* __restrict__ v27, const float* __restrict__ se
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &self_attention_wq[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &self_attention_wq[(((b1 + q * 16)) / 16) * 2048 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf));
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v27[128 * (b0 + uu) + i2];
@@ -663,7 +663,7 @@ static int kernel_k6(const float* __restrict__ v8, const float* __restrict__ sel
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &self_attention_wo[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &self_attention_wo[(((b1 + q * 16)) / 16) * 2048 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf));
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v8[128 * (b0 + uu) + i2];
@@ -830,7 +830,7 @@ static int kernel_k7(const float* __restrict__ v43, const float* __restrict__ ml
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 128; ++i2) {
-                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &mlp_w1[(b1 + q * 16) + 512 * i2], sizeof(tg_vf));
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &mlp_w1[(((b1 + q * 16)) / 16) * 2048 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf));
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v43[128 * (b0 + uu) + i2];
@@ -887,7 +887,7 @@ static int kernel_k8(const float* __restrict__ v14, const float* __restrict__ ml
                   for (int64_t q = 0; q < 2; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                 }
                 for (int64_t i2 = 0; i2 < 512; ++i2) {
-                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &mlp_w2[(b1 + q * 16) + 128 * i2], sizeof(tg_vf));
+                  tg_vf a1[2]; for (int64_t q = 0; q < 2; ++q) std::memcpy(&a1[q], &mlp_w2[(((b1 + q * 16)) / 16) * 8192 + ((b1 + q * 16)) % 16 + 16 * i2], sizeof(tg_vf));
 #pragma GCC unroll 8
                   for (int64_t uu = 0; uu < 8; ++uu) {
                     const float a0 = v14[512 * (b0 + uu) + i2];
@@ -924,6 +924,12 @@ extern "C" int64_t tg_scratch_bytes() { return 69632; }
 extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
   tg_scratch = arena + 229376;
+  const float* self_attention_wq_packed = reinterpret_cast<const float*>(ins[17]);
+  const float* self_attention_wk_packed = reinterpret_cast<const float*>(ins[18]);
+  const float* self_attention_wv_packed = reinterpret_cast<const float*>(ins[19]);
+  const float* self_attention_wo_packed = reinterpret_cast<const float*>(ins[20]);
+  const float* mlp_w1_packed = reinterpret_cast<const float*>(ins[21]);
+  const float* mlp_w2_packed = reinterpret_cast<const float*>(ins[22]);
   float* x = reinterpret_cast<float*>(ins[0]);
   float* norm_scale = reinterpret_cast<float*>(ins[1]);
   float* norm_shift = reinterpret_cast<float*>(ins[2]);
@@ -953,13 +959,13 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   float* v14 = reinterpret_cast<float*>(arena + 98304);
   int err = 0;
   if (!err) err = kernel_k0(x, norm_scale, norm_shift, v22, v27);
-  if (!err) err = kernel_k1(v27, self_attention_wq, v1);
-  if (!err) err = kernel_k1(v27, self_attention_wk, v3);  // kernel k2
+  if (!err) err = kernel_k1(v27, self_attention_wq_packed, v1);
+  if (!err) err = kernel_k1(v27, self_attention_wk_packed, v3);  // kernel k2
   if (!err) err = kernel_k3(v1, v3, v30, v48);
-  if (!err) err = kernel_k1(v27, self_attention_wv, v5);  // kernel k4
+  if (!err) err = kernel_k1(v27, self_attention_wv_packed, v5);  // kernel k4
   if (!err) err = kernel_k5(v5, v48, v8);
-  if (!err) err = kernel_k6(v8, self_attention_wo, self_attention_bo, x, norm_1_scale, norm_1_shift, constant, h_, v43);
-  if (!err) err = kernel_k7(v43, mlp_w1, mlp_b1, v14);
-  if (!err) err = kernel_k8(v14, mlp_w2, mlp_b2, h_, v17);
+  if (!err) err = kernel_k6(v8, self_attention_wo_packed, self_attention_bo, x, norm_1_scale, norm_1_shift, constant, h_, v43);
+  if (!err) err = kernel_k7(v43, mlp_w1_packed, mlp_b1, v14);
+  if (!err) err = kernel_k8(v14, mlp_w2_packed, mlp_b2, h_, v17);
   return err;
 }
