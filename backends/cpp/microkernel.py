@@ -109,11 +109,11 @@ class RegisterBlocks(FlatRows):
                     self.tile[k] = -(-self.tile[k] // 2)
 
     def plan_weight_panels(self, inputs) -> None:
-        """Read a row block's load-time constant operand whose contiguous axis is the block's vector loop `v` and
-        which runs along a reduction (a matmul's weight [K, N]) from a copy packed in panels one vector wide
-        (`conv.WeightPack` along that axis: [N/16, K, 16]), so that the columns a block reads down the reduction are
-        one contiguous stream. Row-major they are N elements apart: 4 KiB for Llama's MLP-down weight (N = 1024),
-        a stride that maps a 2816-row strip onto few cache sets (`benchmarks/results/cpu_matmul_tiles.md`)."""
+        """Read a row block's matmul-like weight (`_panel_weight`) from a copy packed in panels one vector wide
+        (`conv.WeightPack` along its last axis: [K, N] -> [N/16, K, 16]), so that the columns a block reads down
+        the reduction are one contiguous stream. Row-major they are N elements apart: 4 KiB for Llama's MLP-down
+        weight (N = 1024), a stride that maps a 2816-row strip onto few cache sets
+        (`benchmarks/results/cpu_matmul_tiles.md`)."""
         width = self.dialect.vector_width
         for i, space in enumerate(self.domain.spaces):
             if i in self.skipped or i in self.channel_plans or space is None or any(init is None for init in space.init):
@@ -123,17 +123,22 @@ class RegisterBlocks(FlatRows):
             if not self._vectorizable(i, v) or (self.tile[v] % width and self.tile[v] < self.extents[v]):
                 continue  # (a block must start on a panel's first column)
             for weight, amap in zip(self.domain.nodes[i].inputs, space.inputs):
-                cmap = self.domain.compose_map(i, amap)
-                axes = [dict(e.terms) for e in cmap.exprs]
-                literal = weight.producer in self.folded and ConstantBuffer.of(weight) is not None
-                if weight not in inputs or not load_time(weight, self.folded) or literal or cmap.pad is not None \
-                        or len(axes) < 2 or any(e.const for e in cmap.exprs) \
-                        or any(len(t) != 1 or set(t.values()) != {1} for t in axes) \
-                        or v not in axes[-1] or not any(k in t for t in axes for k in self.domain.reduces(i)):
-                    continue
-                pack = WeightPack(weight, len(axes) - 1, width)
-                if self.packs.setdefault(weight, pack) != pack:
-                    continue  # (packed another way for another node of this kernel: read that copy as it is)
+                if self._panel_weight(i, v, weight, self.domain.compose_map(i, amap), inputs):
+                    # (one packed another way for another node of this kernel is read from that copy)
+                    self.packs.setdefault(weight, WeightPack(weight, weight.type.rank - 1, width))
+
+    def _panel_weight(self, i: int, v: int, weight: Value, cmap: AffineMap, inputs) -> bool:
+        """Whether node i reads `weight` (through `cmap`) as a matmul reads its weight: an array known at load time,
+        read as stored (one loop per axis, no offset or padding), `v` along its last axis, a reduction along another."""
+        if weight not in inputs or not load_time(weight, self.folded) or cmap.pad is not None:
+            return False
+        if weight.producer in self.folded and ConstantBuffer.of(weight) is not None:
+            return False  # a literal in the code, not an array
+        axes = [dict(e.terms) for e in cmap.exprs]
+        if len(axes) < 2 or any(e.const for e in cmap.exprs) or any(len(t) != 1 or set(t.values()) != {1}
+                                                                    for t in axes):
+            return False
+        return v in axes[-1] and any(k in t for t in axes[:-1] for k in self.domain.reduces(i))
 
     def _span(self, ranges: dict[int, tuple[str, str]], k: int) -> int:
         """The longest range loop k takes in `ranges` (its tile, or its extent when whole)."""
