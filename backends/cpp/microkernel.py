@@ -116,7 +116,8 @@ class RegisterBlocks(FlatRows):
         (`benchmarks/results/cpu_matmul_tiles.md`)."""
         width = self.dialect.vector_width
         for i, space in enumerate(self.domain.spaces):
-            if i in self.skipped or i in self.channel_plans or space is None or None in space.init:
+            if i in self.skipped or i in self.channel_plans or space is None \
+                    or any(init is None for init in space.init):
                 continue
             keep = self._order(i, [k for k in self.domain.iterates(i) if k not in self.domain.reduces(i)])
             v = keep[-1] if keep else None
