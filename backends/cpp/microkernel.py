@@ -188,7 +188,9 @@ class RegisterBlocks(FlatRows):
             u = self._pick_u(i, keep[:-1], v)
             mr = min(self.micro.mr, self._span(ranges, u)) if u is not None else 1
         outer = [k for k in keep if k not in (u, v)]
-        vector = self._vectorizable(i, v)
+        # a vector along v one element wide is 15 idle lanes and a 16-lane gather per element (a layer norm's mean
+        # over a 1-row tile: ViT's took 2.6 ms a call): scalars, summing in the same order
+        vector = self._vectorizable(i, v) and self._span(ranges, v) > 1
         flat = self._flat_plan(i, ranges, keep, u, v, mr, inner) \
             if vector and channels is None and self._zero_padded(i) else None
         if flat is not None:  # rows folded with columns (flatrows.py)
