@@ -5,6 +5,7 @@ graph built without it, calls alternating.
     python benchmarks/rewrite_ab.py grouped_attention    # writes benchmarks/results/grouped_attention_ab.md
     python benchmarks/rewrite_ab.py sink                 # writes benchmarks/results/sink_ab.md
     python benchmarks/rewrite_ab.py gelu_tanh            # writes benchmarks/results/gelu_tanh_ab.md
+    python benchmarks/rewrite_ab.py weight_panels        # writes benchmarks/results/weight_panels_ab.md
     python benchmarks/rewrite_ab.py concat --models vit_base --calls 21
 
 Rewrites (`REWRITES`): `concat`, the structured concat (a select between padded reads; canonicalize reads its
@@ -12,7 +13,8 @@ operands' slices and negations in place) against concats as copies; `grouped_att
 decomposed over [b, g, r, l, d] (each group's keys and values read through their broadcast) against the
 [b, h, l, d] decomposition of k and v copied per head; `sink`, the fuse pass's sinking round (a kernel's last
 elementwise node moved into its only reader's kernel: Llama's q * cos into the rotary kernel); `gelu_tanh`,
-GPT-2's GELU (tanh approximation, written as nine ops) recognised as one op. Models are rows of `dynamo_gpu.py --cpu`. Between
+GPT-2's GELU (tanh approximation, written as nine ops) recognised as one op; `weight_panels`, the C++ backend
+reading a matmul's weight from a load-time copy in panels one vector wide against row-major. Models are rows of `dynamo_gpu.py --cpu`. Between
 processes this 2-core machine's times for one Program spread by several percent; alternating calls of both
 builds in one process put the same load on each. The median ms of each and their ratio; for the GPU, the Triton
 Program's launches and modelled bytes (its kernels' inputs and outputs) at batch 32 in bf16.
@@ -89,6 +91,11 @@ REWRITES = {
     # GPT-2's tanh GELU left as the nine ops it is written with
     "gelu_tanh": Rewrite(lambda: switched_off("tilegraph.passes.canonicalize", "_gelu_tanh"), "gpt2_small",
                          "written out", "one op"),
+    # the C++ backend's matmul weights read row-major, not from their panels (a code-generation choice: the
+    # Programs, and the GPU columns, are the same both ways)
+    "weight_panels": Rewrite(lambda: switched_off("tilegraph.backends.cpp.microkernel",
+                                                  "RegisterBlocks.plan_weight_panels"),
+                             "llama_4layer,gpt2_small,bert_base,vit_base", "row-major", "panels"),
 }
 
 
