@@ -68,7 +68,8 @@ def test_generated_cpp_is_named_after_the_ir_and_emits_only_what_runs():
     assert "// register blocks: mu in {8}, nv in {32}\n" in source and "if (mu == 8 && nv == 32) {" in source
     assert "else" not in source.split("}  // namespace")[-1] and "acc0[" not in source
     assert "tg_erf" in source and "tg_tanh" not in source and "tg_load_lanes" not in source
-    assert "if (!err) err = kernel_k0(x, w1_, b1_, h_);" in source
+    # the weights are read from their load-time panels (microkernel.plan_weight_panels), named after them
+    assert "if (!err) err = kernel_k0(x, w1_packed, b1_, h_);" in source
 
 
 def test_generated_triton_is_named_after_the_ir():
