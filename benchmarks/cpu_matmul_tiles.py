@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import interleaved  # noqa: E402
 
 ROUNDS, CALLS = 7, 3
 
@@ -68,17 +70,11 @@ def main() -> int:
         if not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
             raise SystemExit(f"cpu_matmul_tiles.py: tiling {tiling} computes another product")
         fns.append(fn)
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(ROUNDS):
-        for fn, spent in zip(fns, times):
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                fn(x)
-            spent.append((time.perf_counter() - start) / CALLS)
+    seconds = interleaved({str(n): (lambda fn=fn: fn(x)) for n, fn in enumerate(fns)}, ROUNDS, CALLS)
     flops = 2 * args.m * args.k * args.n
     lines = ["| tiling (outermost first) | ms | GFLOP/s |", "|---|---:|---:|"]
-    for n, (tiling, spent) in enumerate(zip(tilings, times)):
-        ms = statistics.median(spent) * 1e3
+    for n, tiling in enumerate(tilings):
+        ms = seconds[str(n)] * 1e3
         label = ", ".join(f"{name}={size}" for name, size in tiling) + (" (the tile pass's)" if n == 0 else "")
         lines.append(f"| {label} | {ms:.2f} | {flops / ms / 1e6:.0f} |")
     print("\n".join(lines))

@@ -19,12 +19,12 @@ import argparse
 import datetime
 import os
 import re
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import interleaved  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_threads.md"
 ROUNDS, CALLS = 7, 5
@@ -82,14 +82,7 @@ def facts(torch, fn) -> str:
 
 def timed(calls: dict) -> dict[str, float]:
     """Median ms per call of each callable, interleaved in rounds."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(ROUNDS):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                call()
-            times[name].append((time.perf_counter() - start) / CALLS * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: seconds * 1e3 for name, seconds in interleaved(calls, ROUNDS, CALLS).items()}
 
 
 def main() -> int:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import interleaved  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "launch_overhead.md"
 CPU_MODELS = ("resnet18_basic_block", "resnet50", "mobilenetv2", "bert_base", "gpt2_small", "llama_decoder_block",
@@ -60,16 +60,7 @@ def build(name: str):
 
 def rounds(calls: dict, sync=None) -> dict[str, float]:
     """Median seconds per call of each callable, over interleaved rounds of CALLS calls."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(ROUNDS):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                call()
-            if sync is not None:
-                sync()
-            times[name].append((time.perf_counter() - start) / CALLS)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return interleaved(calls, ROUNDS, CALLS, sync)
 
 
 def cpu_rows() -> list[str]:
