@@ -249,12 +249,16 @@ def test_a_graphed_launcher_gives_the_launches_results_whichever_way_it_runs(tmp
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("calls", [False, True])
-def test_channels_last_convolutions_on_the_gpu(tmp_path, monkeypatch, dtype, calls):
+@pytest.mark.parametrize("copy", [False, True], ids=["input as given", "input copied NHWC"])
+def test_channels_last_convolutions_on_the_gpu(tmp_path, monkeypatch, dtype, calls, copy):
     """Two convolutions over an NHWC intermediate (`channels_last.py`), as generated kernels or as cuDNN calls
-    with generated epilogues (torch's convolution on the permuted views): the walk, the direct launches and a
-    CUDA graph's replay match the reference, in IEEE f32 and bf16."""
+    with generated epilogues (torch's convolution on the permuted views), the first reading the graph's NCHW input
+    or (`copy`) its channels-last copy (`layout{copy_inputs_from=0}`): the walk, the direct launches and a CUDA
+    graph's replay match the reference, in IEEE f32 and bf16."""
+    from tilegraph.backends.base import get_backend
     from tilegraph.backends.triton import library_conv
     from tilegraph.backends.triton.launch import GraphedLauncher
+    from tilegraph.driver import default_pipeline
     from tilegraph.ir.graph import ValueKind
 
     monkeypatch.setenv("TILEGRAPH_CACHE_DIR", str(tmp_path))
@@ -265,13 +269,20 @@ def test_channels_last_convolutions_on_the_gpu(tmp_path, monkeypatch, dtype, cal
                   "  return relu(conv2d(h, w2, padding=[1, 1]) + h)\n}")
     inputs = reference.random_inputs(graph)
     want = reference.run(graph, inputs)[0].astype(np.float32)
-    fn = tilegraph.compile(graph, target="triton", tf32=False)  # (channels-last: the GPU pipeline's default)
+    pipeline = default_pipeline(get_backend("triton").tile_target)  # (channels-last: the GPU pipeline's default)
+    layout = "layout{copy_inputs_from=0}" if copy else "layout"
+    fn = tilegraph.compile(graph, target="triton", tf32=False, pipeline=pipeline.replace("layout", layout))
     fn.autotune = False
     assert any(v.kind is not ValueKind.PARAM for v in fn.generated.layouts), "h is stored NHWC"
+    copies = [k for k in fn.program.kernels if k.nodes[0].op == "cast"]
+    assert len(copies) == copy
     if calls:
         state = tuner.state_of(fn)
-        for source in (s for s in fn.generated.kernels if s is not None):
-            call = tuner.library_candidate(fn, fn.generated.kernels.index(source), source)
+        convolutions = [(n, s) for n, (k, s) in enumerate(zip(fn.program.kernels, fn.generated.kernels))
+                        if s is not None and k.nodes[0].op == "conv2d"]
+        assert len(convolutions) == 2
+        for position, source in convolutions:
+            call = tuner.library_candidate(fn, position, source)
             assert isinstance(call, library_conv.ConvCall)
             tuner.install(fn, state, source, call, source.grid)
     launcher = fn.launcher()
