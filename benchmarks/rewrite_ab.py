@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import shlex
 import statistics
 import sys
 import time
@@ -95,35 +96,44 @@ REWRITES = {
     # Programs, and the GPU columns, are the same both ways)
     "weight_panels": Rewrite(lambda: switched_off("tilegraph.backends.cpp.microkernel",
                                                   "RegisterBlocks.plan_weight_panels"),
-                             "llama_4layer,gpt2_small,bert_base,vit_base", "row-major", "panels"),
+                             "llama_4layer;gpt2_small;bert_base;vit_base;cpu:transformer;cpu:GPT-2;"
+                             "cpu:MLP 784-512-512-10, batch 1;cpu:MLP 784-512-512-10, batch 256", "row-major", "panels"),
 }
 
 
 def compare(rewrite: Rewrite, model: str, calls: int) -> str:
     """One model's table row: kernels and median ms without and with the rewrite, their ratio, and the Triton
-    Program's launches and bytes at batch 32 in bf16 without and with it."""
+    Program's launches and bytes at batch 32 in bf16 without and with it. A model named `cpu:<start>` is the
+    `cpu.py` row whose name starts so (its graph as cpu.py builds it; no GPU columns)."""
     import torch
 
-    import dynamo_gpu
     import tilegraph
     from tilegraph.driver import compile_program
     from tilegraph.frontends.fx import from_module
 
     def graph_of(batch: int, dtype):
+        import dynamo_gpu
+
         module, inputs = dynamo_gpu.builders()[model](batch, False, None)
         module = module.eval().to(dtype)
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
         with torch.no_grad():
             return from_module(module, inputs), inputs
 
-    graph, inputs = graph_of(1, torch.float32)
-    wide, _ = graph_of(32, torch.bfloat16)
+    if model.startswith("cpu:"):
+        import cpu
+
+        (_, _, inputs, graph), = cpu.torch_rows(False, lambda name: name.startswith(model[len("cpu:"):]))
+        wide = None
+    else:
+        graph, inputs = graph_of(1, torch.float32)
+        wide, _ = graph_of(32, torch.bfloat16)
     builds, gpu = {}, {}
     for label, switch in ((rewrite.off, rewrite.without), (rewrite.on, contextlib.nullcontext)):
         with switch():
             builds[label] = tilegraph.compile(graph, target="cpp", program_cache=False)
-            program, _ = compile_program(wide, None, "gpu-h100")
-        gpu[label] = (len(program.kernels), sum(k.io_bytes for k in program.kernels) / 2 ** 20)
+            program = compile_program(wide, None, "gpu-h100")[0] if wide is not None else None
+        gpu[label] = (len(program.kernels), sum(k.io_bytes for k in program.kernels) / 2 ** 20) if program else None
     arrays = [x.numpy() for x in inputs]
     times: dict[str, list[float]] = {label: [] for label in builds}
     for fn in builds.values():
@@ -136,14 +146,16 @@ def compare(rewrite: Rewrite, model: str, calls: int) -> str:
     ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
     kernels = {label: len(fn.program.kernels) for label, fn in builds.items()}
     off, on = rewrite.off, rewrite.on
-    return (f"| {model} | {kernels[off]} | {ms[off]:.2f} | {kernels[on]} | {ms[on]:.2f} | {ms[on] / ms[off]:.3f} | "
-            f"{gpu[off][0]} / {gpu[off][1]:.0f} | {gpu[on][0]} / {gpu[on][1]:.0f} |")
+    columns = [f"{gpu[label][0]} / {gpu[label][1]:.0f}" if gpu[label] else "-" for label in (off, on)]
+    return (f"| {model} | {kernels[off]} | {ms[off]:.3f} | {kernels[on]} | {ms[on]:.3f} | {ms[on] / ms[off]:.3f} | "
+            f"{columns[0]} | {columns[1]} |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rewrite", choices=sorted(REWRITES))
-    parser.add_argument("--models", default=None, help="rows of dynamo_gpu.py --cpu (default: the rewrite's)")
+    parser.add_argument("--models", default=None, help="rows of dynamo_gpu.py --cpu, or cpu:<start of a cpu.py row's "
+                        "name>; comma-separated, or by ';' (default: the rewrite's)")
     parser.add_argument("--calls", type=int, default=31)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
@@ -153,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models or rewrite.models
     torch.set_num_threads(args.threads)
     rows = []
-    for model in models.split(","):
+    for model in models.split(";" if ";" in models else ","):  # (";" where a cpu.py row's name has commas)
         rows.append(compare(rewrite, model, args.calls))
         print(rows[-1], flush=True)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -161,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     out = RESULTS / f"{args.rewrite}_ab.md"
     out.write_text(f"""# {args.rewrite}: {on} against {off} on the CPU, in one process
 
-Run {when} by `python benchmarks/rewrite_ab.py {args.rewrite} --models {models} --calls {args.calls}`
+Run {when} by `python benchmarks/rewrite_ab.py {args.rewrite} --models {shlex.quote(models)} --calls {args.calls}`
 ({args.threads} threads, torch {torch.__version__}). Each model's C++ Program built twice from one graph (batch 1,
 f32), {off} and {on} (`rewrite_ab.py` says what each means); median ms of {args.calls} alternating calls. Ratio
 below 1: {on} is faster. GPU: the Triton Program of the same model at batch 32 in bf16, built both ways (not
