@@ -3,8 +3,8 @@
     python benchmarks/cpu_matmul_tiles.py 128 2816 1024 d0=64,d1=16,d2=2816 d0=64,d1=32,d2=2816 d1=64,d0=16,d2=2816
     python benchmarks/cpu_matmul_tiles.py 128 3072 768 --out benchmarks/results/cpu_matmul_tiles.md ...
 
-`x[M, K] @ w[K, N]` (w a parameter, as a model's weights are) through `canonicalize,fuse,tile{target=cpu}`; the tile pass's own choice is the first row, then
-each tiling given (loops named as the kernel names them, outermost first: the order is part of the tiling). Every
+`x[M, K] @ w[K, N]` (w a parameter, as a model's weights are) through `canonicalize,fuse,tile{target=cpu}`; the
+tile pass's own choice is the first row, then each tiling given (loops named as the kernel names them, outermost first: the order is part of the tiling). Every
 build is checked against numpy, then all are timed in interleaved rounds (the median of 7 rounds of 3 calls) on
 the threads OpenMP gives (OMP_NUM_THREADS, else every CPU of the process). `--out` appends the table to a file.
 """

@@ -96,7 +96,7 @@ def main() -> int:
     from torch_models import whole_model
 
     import tilegraph
-    from tilegraph.backends.cpp.runtime import usable_cpus
+    from tilegraph.ir.host import usable_cpus
     from tilegraph.frontends.fx import from_module
 
     model = whole_model("gpt2_small")

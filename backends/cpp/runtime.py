@@ -13,6 +13,7 @@ import numpy as np
 from tilegraph.backends.base import CompiledProgram
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.graph import Value
+from tilegraph.ir.host import usable_cpus
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType
 
@@ -29,15 +30,6 @@ class TraceRecord:
     position: int
     value: Value
     offset: int
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask; `os.cpu_count()` counts the whole host, which in a
-    container can be many times more)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no affinity call (macOS)
-        return os.cpu_count() or 1
 
 
 class NativeProgram(CompiledProgram):

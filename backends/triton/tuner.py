@@ -15,9 +15,9 @@ still times its untuned self against the library call (two timings, nothing cach
 (kernels equal up to names are tuned once) and cached on disk per (kernel source, shapes, device); a cached variant
 is installed again without timing. Any failure leaves the kernel as generated. The launcher hands the kernels over
 longest first (`expected_seconds`, summed over a kernel's launches), and each kernel's share of the budget left is
-its part of the expected time of the kernels left (`budget_share`), so a short budget goes where it pays, and each set of candidates (the variants,
-then the winner's warps and stages) compiles side by side before any of the set is timed (`warm`,
-`launch.parallel_compiles`).
+its part of the expected time of the kernels left (`budget_share`), so a short budget goes where it pays, and each
+set of candidates (the variants, then the winner's warps and stages) compiles side by side before any of the set is
+timed (`warm`, `launch.parallel_compiles`).
 """
 from __future__ import annotations
 

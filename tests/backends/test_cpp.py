@@ -68,7 +68,7 @@ _MORE_THREADS_THAN_CPUS = """
 import numpy as np
 import tilegraph
 from tilegraph.backends import reference
-from tilegraph.backends.cpp.runtime import usable_cpus
+from tilegraph.ir.host import usable_cpus
 from tilegraph.frontends.dsl import parse_file
 graph = parse_file({path!r})
 params = {{v.name: a for v, a in reference.random_params(graph).items()}}
@@ -89,7 +89,7 @@ def test_more_threads_than_cpus_get_their_own_scratch_blocks():
     import os
     import subprocess
 
-    from tilegraph.backends.cpp.runtime import usable_cpus
+    from tilegraph.ir.host import usable_cpus
 
     script = _MORE_THREADS_THAN_CPUS.format(path=str(EXAMPLES / "resnet_block.tg"))
     env = {**os.environ, "OMP_NUM_THREADS": str(usable_cpus() + 6)}

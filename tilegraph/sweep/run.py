@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tilegraph.ir.host import usable_cpus
+
 from .spec import Model, PointTask, SweepSpec
 from .table import Journal, assemble, read_journal, require_pyarrow, write_table
 
@@ -75,10 +77,7 @@ def warm_up() -> None:
 
 def default_workers() -> int:
     """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return usable_cpus()
 
 
 def pool_executor(workers: int | None = None) -> Executor:
