@@ -113,20 +113,10 @@ class NativeProgram(CompiledProgram):
         return super().__call__(*inputs)
 
     def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        if self._run is None:
-            raise TilegraphError(f"{self.backend} backend: {self.build_info.get('reason', 'the code was not built')}")
         graph = self.program.graph
         ins = [np.asarray(a, dtype=v.type.dtype.numpy, order="C") for a, v in zip(inputs, graph.inputs)]
         outs = [np.empty(shape, dtype=dtype) for shape, dtype in self._out_specs]
-        with self._lock:
-            in_ptrs, out_ptrs = self._in_ptrs, self._out_ptrs
-            for n, a in enumerate(ins):
-                in_ptrs[n] = a.ctypes.data
-            for n, a in enumerate(outs):
-                out_ptrs[n] = a.ctypes.data
-            status = self._run(in_ptrs, out_ptrs, self._arena_ptr, self._threads)
-        if status:
-            raise IndexError("gather: index out of range")
+        self.run_addresses([a.ctypes.data for a in ins], [a.ctypes.data for a in outs])
         if self._direct:
             return outs
         ins += self._params
@@ -140,6 +130,28 @@ class NativeProgram(CompiledProgram):
             else:
                 results.append(np.array(written[v] if v in written else given[v], copy=True))
         return results
+
+    def run_addresses(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """One call of the library on raw addresses: the graph's inputs, then the generated outputs
+        (`generated.outputs`), each C-ordered memory of its value's shape and dtype, which the caller
+        vouches for. The torch.compile runner passes tensors' memory this way, with no array between."""
+        if self._run is None:
+            raise TilegraphError(f"{self.backend} backend: {self.build_info.get('reason', 'the code was not built')}")
+        with self._lock:
+            in_ptrs, out_ptrs = self._in_ptrs, self._out_ptrs
+            for n, address in enumerate(inputs):
+                in_ptrs[n] = address
+            for n, address in enumerate(outputs):
+                out_ptrs[n] = address
+            status = self._run(in_ptrs, out_ptrs, self._arena_ptr, self._threads)
+        if status:
+            raise IndexError("gather: index out of range")
+
+    @property
+    def writes_outputs_directly(self) -> bool:
+        """Whether the library writes every graph output itself, each once, in order (no output is an
+        input, a parameter or another output again), so `run_addresses` alone produces the results."""
+        return self._direct
 
     def plan_trace(self) -> list[TraceRecord]:
         """What the last call did, from a library built with `trace=True`: per kernel position, the

@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tilegraph.ir import Graph, TilegraphError
+from tilegraph.ir import DType, Graph, TilegraphError
 from tilegraph.ir.verifier import verify
 
 from .convert import Conversion, convert_graph_module
@@ -106,6 +106,7 @@ class TilegraphGraph:
         self.eager = False
         self.fallback_reason: str | None = None
         self._cache: dict[tuple, Runner] = {}
+        self._last: Runner | None = None  # checked first: a model is mostly called with one set of shapes
         self._scalar_positions: list[int] = []
         if all(_is_concrete(a) for a in example_inputs):
             self._compile(list(example_inputs))  # report unsupported graphs at compile time
@@ -113,11 +114,14 @@ class TilegraphGraph:
     def __call__(self, *args: Any) -> Any:
         if self.eager:
             return self.gm(*args)
-        runner = self._cache.get(self._key(args))
-        if runner is None or not runner.current(args):
-            runner = self._compile(list(args))  # new shapes, or weights updated since conversion
-            if runner is None:
-                return self.gm(*args)
+        runner = self._last
+        if runner is None or not runner.accepts(args):
+            runner = self._cache.get(self._key(args))
+            if runner is None or not runner.current(args):
+                runner = self._compile(list(args))  # new shapes, or weights updated since conversion
+                if runner is None:
+                    return self.gm(*args)
+            self._last = runner
         return runner(args)
 
     @property
@@ -174,6 +178,17 @@ class Runner:
         self._positions = conversion.input_positions
         self._leaves = conversion.output_leaves
         self._spec = conversion.output_spec
+        # a flat tuple of graph outputs, in order (the usual case) is returned without the pytree
+        self._flat = (self._spec.type is tuple and self._leaves == list(range(len(self._leaves)))
+                      and all(child.is_leaf() for child in self._spec.children_specs))
+        # what `TilegraphGraph._key` covers besides the weights, which `current` checks
+        state = set(conversion.state_positions)
+        self._arity = len(args)
+        self._free = [p for p in range(len(args)) if p not in state]
+        self._signature = self._free_key(args)
+
+    def _free_key(self, args: Sequence[Any]) -> tuple:
+        return _key([args[p] for p in self._free]) + tuple(args[p].item() for p in self.conversion.scalar_positions)
 
     def current(self, args: Sequence[Any]) -> bool:
         """Whether the weights are the tensors it was converted with, not updated in place or given
@@ -181,8 +196,15 @@ class Runner:
         return all(args[p] is t and t._version == v and t.data_ptr() == d for p, t, v, d in
                    zip(self.conversion.state_positions, self._state, self._versions, self._storage))
 
+    def accepts(self, args: Sequence[Any]) -> bool:
+        """Whether it runs these arguments as they are: the shapes, dtypes, devices and specialised
+        values it was built for, and its weights `current`."""
+        return len(args) == self._arity and self._free_key(args) == self._signature and self.current(args)
+
     def __call__(self, args: Sequence[Any]) -> Any:
         tensors = self.run([args[p] for p in self._positions])
+        if self._flat:
+            return tuple(tensors)
         leaves = [tensors[leaf] if isinstance(leaf, int) else leaf[1] for leaf in self._leaves]
         return pytree.tree_unflatten(leaves, self._spec)
 
@@ -192,7 +214,9 @@ class Runner:
 
 class HostRunner(Runner):
     """A host backend (the C++ library, or the numpy reference): CPU tensors' memory goes in without
-    a copy, and the arrays it allocates for the results come back as the tensors' storage."""
+    a copy, and the arrays it allocates for the results come back as the tensors' storage. Where the
+    library writes every output itself, it reads and writes torch tensors' memory with no array between
+    (`NativeProgram.run_addresses`): a small model's call costs little more than its kernels."""
 
     def __init__(self, conversion, program, args, options) -> None:
         super().__init__(conversion, program, args, options)
@@ -200,8 +224,14 @@ class HostRunner(Runner):
         self._dtypes = conversion.output_dtypes
         devices = [args[p].device for p in self._positions if isinstance(args[p], torch.Tensor)]
         self._device = devices[0] if devices else torch.device("cpu")
+        self._outputs = _addressed_outputs(program, conversion, [args[p] for p in self._positions])
 
     def run(self, inputs):
+        if self._outputs is not None:
+            inputs = [t if t.is_contiguous() else t.contiguous() for t in inputs]
+            outputs = [torch.empty(shape, dtype=dtype) for shape, dtype in self._outputs]
+            self.program.run_addresses([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs])
+            return outputs
         results = self.program(*[_to_numpy(t) for t in inputs])
         tensors = [_from_numpy(r, dtype) for r, dtype in zip(results, self._dtypes)]
         if self._device.type != "cpu":  # a host target chosen for tensors on another device
@@ -322,6 +352,24 @@ def _own_tensors(program, conversion: Conversion, device: torch.device) -> dict:
         if source is not None and (source is array or np.array_equal(source, array)):
             own[value] = tensor.detach()
     return own
+
+
+def _addressed_outputs(program, conversion: Conversion, inputs: Sequence[Any]) -> list | None:
+    """The outputs' (shape, torch dtype) where `program` can run on these inputs' memory directly:
+    a C++ library writing every output itself, CPU tensors in and out, each held in the dtype the
+    library reads or writes (bf16 is not: the host backends hold it as f32). None otherwise."""
+    from .context import torch_dtype
+
+    graph = program.program.graph
+    if not (getattr(program, "writes_outputs_directly", False)
+            and all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in inputs)):
+        return None
+    values = [*graph.inputs, *graph.outputs]
+    dtypes = [t.dtype for t in inputs] + list(conversion.output_dtypes)
+    if len(values) != len(dtypes) or any(v.type.dtype is DType.bf16 or torch_dtype(v.type.dtype) != dtype
+                                         for v, dtype in zip(values, dtypes)):
+        return None
+    return [(v.type.shape, torch_dtype(v.type.dtype)) for v in graph.outputs]
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -40,6 +40,46 @@ def test_compiled_mlp_gives_eager_results(built):
     assert len(built) == 2
 
 
+def test_a_shape_seen_before_reuses_its_build(built):
+    model = mlp()
+    compiled = torch.compile(model, backend="tilegraph", dynamic=False)
+    x, y = torch.randn(3, 8), torch.randn(5, 8)
+    with torch.no_grad():
+        for batch in (x, y, x, y):
+            assert close(compiled(batch), model(batch))
+    assert [g.inputs[0].type.shape for g, _ in built] == [(3, 8), (5, 8)]
+
+
+def test_cpu_results_are_fresh_tensors_and_strided_inputs_are_read_right(built):
+    """The C++ library reads and writes the tensors' own memory: each call's results are new tensors
+    (an earlier result keeps its values), and an input that is a strided view reads as its values."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval()
+    compiled = torch.compile(model, backend="tilegraph", dynamic=False)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        first = compiled(x)
+        expected = model(x)
+        second = compiled(torch.randn(4, 8))
+        assert close(first, expected) and first.data_ptr() != second.data_ptr()
+        view = torch.randn(8, 4).t()
+        assert close(compiled(view), model(view))
+    assert built and all(target == "cpp" for _, target in built)  # Dynamo captures the strided call anew
+
+
+class ReturnsItsInput(nn.Module):
+    def forward(self, x):
+        return x, torch.relu(x), x
+
+
+def test_outputs_that_are_inputs_or_repeated_come_back_as_copies(built):
+    x = torch.randn(3, 4)
+    compiled = torch.compile(ReturnsItsInput(), backend="tilegraph")
+    with torch.no_grad():
+        same, relu, again = compiled(x)
+    assert close(same, x) and close(relu, torch.relu(x)) and close(again, x)
+    assert built
+
+
 def test_dynamic_shape_graphs_are_converted_per_call_shape(built):
     model = mlp()
     compiled = torch.compile(model, backend="tilegraph", dynamic=True)
