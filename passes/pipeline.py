@@ -174,6 +174,19 @@ def _check_python(value: Any, tp: Any) -> Any:
     return value
 
 
+def parse_flag(value: bool | int | str) -> bool:
+    """A yes/no option as given in Python (a bool, 0 or 1) or as text (true/false, 1/0, yes/no, on/off)."""
+    if isinstance(value, str):
+        lowered = value.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+    elif value in (True, False):
+        return bool(value)
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def _from_text(text: str, tp: Any, quoted: bool = False) -> Any:
     """Convert the text of a pipeline-string value to a field of type `tp`; ValueError says what was expected."""
     inner, optional = _split_optional(tp)
@@ -192,12 +205,7 @@ def _from_text(text: str, tp: Any, quoted: bool = False) -> Any:
                 return member
         raise ValueError(f"expected {_type_name(tp)}, got {text!r}")
     if inner is bool:
-        lowered = text.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise ValueError(f"expected true or false, got {text!r}")
+        return parse_flag(text)
     if inner is int:
         if not re.fullmatch(r"[+-]?[0-9][0-9_]*", text):
             raise ValueError(f"expected an integer, got {text!r}")

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-import tilegraph
 from tilegraph.ir.errors import TilegraphError
 from tilegraph.ir.graph import Graph, Value
 from tilegraph.ir.program import Program

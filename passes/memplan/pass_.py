@@ -17,6 +17,7 @@ from tilegraph.ir.program import Program
 from tilegraph.ir.stream_traffic import read_at_least
 from tilegraph.ir.units import parse_bytes
 from tilegraph.passes.manager import register_property_check
+from tilegraph.passes.pipeline import parse_flag
 from tilegraph.passes.registry import PassContext, register_pass
 
 from .api import SOLVERS, Options, as_problem, solve_problem, with_plan
@@ -24,16 +25,6 @@ from .checker import find_violations
 from .cpsat import SolverConfig
 from .problem import MemplanError, without_tensors
 from .streaming import check_tile_capacity, choose_streamed, planned_streams, stream_tiling_target
-
-
-def _flag(value: bool | str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -58,9 +49,9 @@ class MemplanOptions:
         object.__setattr__(self, "align", int(self.align))
         if self.align < 1:
             raise ValueError(f"memplan: align must be a positive number of bytes, got {self.align}")
-        object.__setattr__(self, "weights", _flag(self.weights))
+        object.__setattr__(self, "weights", parse_flag(self.weights))
         for name in ("deterministic", "stream", "grow"):
-            object.__setattr__(self, name, _flag(getattr(self, name)))
+            object.__setattr__(self, name, parse_flag(getattr(self, name)))
         if self.order not in ("free", "fixed"):
             raise ValueError(f"memplan: order must be free or fixed, got {self.order!r}")
         if self.solver not in SOLVERS:

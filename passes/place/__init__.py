@@ -18,6 +18,7 @@ from tilegraph.ir.placement import Placement, PlacementError
 from tilegraph.ir.program import Program
 from tilegraph.ir.system import System, load_system
 from tilegraph.passes.manager import register_property_check
+from tilegraph.passes.pipeline import parse_flag
 from tilegraph.passes.registry import PassContext, register_pass
 
 from .checker import check_placement
@@ -27,16 +28,6 @@ from .report import draw_gantt, format_report
 from .solve import METHODS, Outcome, SolveOptions, solve
 
 ProgressFn = Callable[[str, float, float, float], None]
-
-
-def _bool(value) -> bool:
-    if isinstance(value, str):
-        if value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"expected true or false, got {value!r}")
-    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -54,7 +45,7 @@ class PlaceOptions:
         object.__setattr__(self, "time_limit", float(self.time_limit))
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "workers", int(self.workers))
-        object.__setattr__(self, "deterministic", _bool(self.deterministic))
+        object.__setattr__(self, "deterministic", parse_flag(self.deterministic))
         if self.method not in METHODS:
             raise ValueError(f"place: unknown method {self.method!r} (methods: {', '.join(METHODS)})")
         if self.time_limit <= 0:

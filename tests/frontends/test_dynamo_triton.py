@@ -334,7 +334,7 @@ def test_a_python_number_passed_as_a_cpu_scalar_does_not_decide_the_device(graph
 
 # ----- the C++ path: inputs in place, outputs own their memory --------------------------------------------
 class _PointerRecorder:
-    """A compiled program that records where its input and result arrays live."""
+    """A compiled program that records where its inputs and results live (arrays, or raw addresses)."""
 
     def __init__(self, program, seen):
         self._program, self._seen = program, seen
@@ -346,6 +346,10 @@ class _PointerRecorder:
         results = self._program(*arrays)
         self._seen.append(([a.ctypes.data for a in arrays], [r.ctypes.data for r in results]))
         return results
+
+    def run_addresses(self, inputs, outputs):
+        self._seen.append((list(inputs), list(outputs)))
+        self._program.run_addresses(inputs, outputs)
 
 
 def test_the_cpp_path_reads_cpu_inputs_in_place_and_its_outputs_own_their_memory(graphs, monkeypatch):

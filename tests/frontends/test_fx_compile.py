@@ -50,20 +50,15 @@ def test_a_shape_seen_before_reuses_its_build(built):
     assert [g.inputs[0].type.shape for g, _ in built] == [(3, 8), (5, 8)]
 
 
-def test_cpu_results_are_fresh_tensors_and_strided_inputs_are_read_right(built):
-    """The C++ library reads and writes the tensors' own memory: each call's results are new tensors
-    (an earlier result keeps its values), and an input that is a strided view reads as its values."""
+def test_strided_inputs_are_read_as_their_values(built):
+    """The C++ library reads the tensors' own memory, so a strided view is first made contiguous."""
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval()
     compiled = torch.compile(model, backend="tilegraph", dynamic=False)
-    x = torch.randn(4, 8)
     with torch.no_grad():
-        first = compiled(x)
-        expected = model(x)
-        second = compiled(torch.randn(4, 8))
-        assert close(first, expected) and first.data_ptr() != second.data_ptr()
-        view = torch.randn(8, 4).t()
-        assert close(compiled(view), model(view))
-    assert built and all(target == "cpp" for _, target in built)  # Dynamo captures the strided call anew
+        for _ in range(2):
+            view = torch.randn(8, 4).t()
+            assert close(compiled(view), model(view))
+    assert [target for _, target in built] == ["cpp"]
 
 
 class ReturnsItsInput(nn.Module):
