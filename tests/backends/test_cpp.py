@@ -329,8 +329,8 @@ def test_a_matmul_weight_is_read_from_panels_one_vector_wide(m, k, n, tiles, pac
 
 def test_a_row_reduction_over_one_row_tiles_runs_on_scalars():
     """A layer norm tiled one row at a time: its means reduce along the row, and the register block's vector runs
-    across rows, one lane used. It ran as 16-lane gathers per element (ViT's: 2.6 ms a call); now scalars, summing
-    in the same order, and the same results."""
+    across rows, one lane used. It ran as 16-lane gathers per element (ViT's: 2.6 ms a call); now each block is
+    one point, its row summed across the lanes of one vector (`_lane_loop`)."""
     b = GraphBuilder("norm")
     x, g, beta = b.input("x", [5, 48]), b.param("g", [48]), b.param("b", [48])
     b.output(b.layer_norm(x, g, beta))
@@ -340,9 +340,30 @@ def test_a_row_reduction_over_one_row_tiles_runs_on_scalars():
     program = program.with_kernels([kernel.with_tiles(((rows, 1), (columns, 48)))])
     params = bound_params(b.graph, program)
     compiled = cpp.build(program, params, cxxflags=NATIVE_FLAGS)
-    assert "g[vv] = (vv < nv ?" not in compiled.source
+    assert "g[vv] = (vv < nv ?" not in compiled.source and "lane0[l] = (lane0[l] + " in compiled.source
     inputs = reference.random_inputs(b.graph)
     assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
+
+
+@settings(max_examples=12, deadline=None)
+@given(op=st.sampled_from(["sum", "mean", "max", "min"]), rows=st.integers(1, 3), n=st.integers(2, 150),
+       nan=st.booleans())
+def test_a_reduction_along_a_row_split_across_lanes_matches_the_reference(op, rows, n, nan):
+    """One output point per register block (one-row tiles), its reduction along the row split across the lanes
+    of a vector where the row is two vectors or longer, the remainder one by one: the reference's result, a NaN
+    anywhere in the row included."""
+    b = GraphBuilder("lanes")
+    x = b.input("x", [rows, n])
+    b.output(getattr(b, op)(x, axes=[1]))
+    program = schedule(b.graph, CPU)
+    (kernel,) = program.kernels
+    tiles = tuple((loop.name, 1 if loop.kind == "parallel" else loop.extent) for loop in kernel.domain.loops)
+    compiled = cpp.build(program.with_kernels([kernel.with_tiles(tiles)]), {}, cxxflags=NATIVE_FLAGS)
+    assert ("lane0[l]" in compiled.source) == (n >= 32)
+    inputs = reference.random_inputs(b.graph)
+    if nan:
+        inputs[0][rows - 1, n // 2] = np.nan
+    assert_close(compiled(*inputs), expected(b.graph, program, {}, inputs), [b.graph.outputs[0].type])
 
 
 def test_folded_constants_are_literals_in_elementwise_code_and_micro_kernels():
