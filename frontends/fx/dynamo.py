@@ -106,7 +106,8 @@ class TilegraphGraph:
         self.eager = False
         self.fallback_reason: str | None = None
         self._cache: dict[tuple, Runner] = {}
-        self._last: Runner | None = None  # checked first: a model is mostly called with one set of shapes
+        # (free_key, runner) of the last call, checked first: a model is mostly called with one set of shapes
+        self._last: tuple[tuple | None, Runner] | None = None
         self._scalar_positions: list[int] = []
         if all(_is_concrete(a) for a in example_inputs):
             self._compile(list(example_inputs))  # report unsupported graphs at compile time
@@ -114,14 +115,15 @@ class TilegraphGraph:
     def __call__(self, *args: Any) -> Any:
         if self.eager:
             return self.gm(*args)
-        runner = self._last
-        if runner is None or not runner.accepts(args):
-            runner = self._cache.get(self._key(args))
-            if runner is None or not runner.current(args):
-                runner = self._compile(list(args))  # new shapes, or weights updated since conversion
-                if runner is None:
-                    return self.gm(*args)
-            self._last = runner
+        last = self._last
+        if last is not None and last[1].free_key(args) == last[0] and last[1].current(args):
+            return last[1](args)
+        runner = self._cache.get(self._key(args))
+        if runner is None or not runner.current(args):
+            runner = self._compile(list(args))  # new shapes, or weights updated since conversion
+            if runner is None:
+                return self.gm(*args)
+        self._last = (runner.free_key(args), runner)
         return runner(args)
 
     @property
@@ -181,13 +183,15 @@ class Runner:
         # a flat tuple of graph outputs, in order (the usual case) is returned without the pytree
         self._flat = (self._spec.type is tuple and self._leaves == list(range(len(self._leaves)))
                       and all(child.is_leaf() for child in self._spec.children_specs))
-        # what `TilegraphGraph._key` covers besides the weights, which `current` checks
         state = set(conversion.state_positions)
         self._arity = len(args)
         self._free = [p for p in range(len(args)) if p not in state]
-        self._signature = self._free_key(args)
 
-    def _free_key(self, args: Sequence[Any]) -> tuple:
+    def free_key(self, args: Sequence[Any]) -> tuple | None:
+        """What `TilegraphGraph._key` says of `args` but for the weights (which `current` checks): the other
+        arguments' shapes, dtypes and devices and the values the graph is specialised to. None for another arity."""
+        if len(args) != self._arity:
+            return None
         return _key([args[p] for p in self._free]) + tuple(args[p].item() for p in self.conversion.scalar_positions)
 
     def current(self, args: Sequence[Any]) -> bool:
@@ -195,11 +199,6 @@ class Runner:
         new storage (`.data = ...`) since."""
         return all(args[p] is t and t._version == v and t.data_ptr() == d for p, t, v, d in
                    zip(self.conversion.state_positions, self._state, self._versions, self._storage))
-
-    def accepts(self, args: Sequence[Any]) -> bool:
-        """Whether it runs these arguments as they are: the shapes, dtypes, devices and specialised
-        values it was built for, and its weights `current`."""
-        return len(args) == self._arity and self._free_key(args) == self._signature and self.current(args)
 
     def __call__(self, args: Sequence[Any]) -> Any:
         tensors = self.run([args[p] for p in self._positions])
