@@ -11,13 +11,16 @@ arena comes from `tilegraph.backends.arena`), `build` (compiler, cache, errors),
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from tilegraph.ir import TilegraphError
 from tilegraph.ir.program import Program
+from tilegraph.ir.units import parse_bytes
 
 from .build import BuildError, build_library, compile_flags, find_compiler
 from .dialect import Dialect
@@ -31,15 +34,25 @@ def generate_source(program: Program, micro: MicroKernel | None = None) -> str:
     return generate(program, Dialect(), micro or MicroKernel()).source
 
 
+PACKED_WEIGHTS_VARIABLE = "TILEGRAPH_PACKED_WEIGHTS"
+
+
 def build(program: Program, params: Mapping, *, cxx: str | None = None,
           cxxflags: str | Sequence[str] | None = None, micro: MicroKernel | None = None,
-          trace: bool = False, execute_plan: bool = False) -> NativeProgram:
+          trace: bool = False, execute_plan: bool = False,
+          packed_weight_limit: int | str | None = None) -> NativeProgram:
     """Generate, compile (or fetch from the cache) and load `program`; `params` maps Value -> array.
 
     `trace`: a debug build that logs where each kernel found its tensors (`plan_trace()`);
-    `execute_plan`: fail, saying why, unless the library carries out the Program's memory plan."""
+    `execute_plan`: fail, saying why, unless the library carries out the Program's memory plan;
+    `packed_weight_limit` (or `$TILEGRAPH_PACKED_WEIGHTS`; bytes, "512MiB", 0 for none): the most memory
+    held in load-time copies of weights packed for the register blocks, beside the caller's (default 1 GiB)."""
     start = time.perf_counter()
-    generated = generate(program, Dialect(), micro or MicroKernel(), trace=trace)
+    micro = micro or MicroKernel()
+    limit = packed_weight_limit if packed_weight_limit is not None else os.environ.get(PACKED_WEIGHTS_VARIABLE)
+    if limit is not None:
+        micro = replace(micro, packed_weight_limit=_bytes_or_zero(limit))
+    generated = generate(program, Dialect(), micro, trace=trace)
     if execute_plan:
         require_executed_plan(program, generated)
     generated_at = time.perf_counter()
@@ -53,6 +66,16 @@ def build(program: Program, params: Mapping, *, cxx: str | None = None,
     compiled.compile_seconds = {"codegen": generated_at - start,
                                 "build (cached)" if cached else "build": time.perf_counter() - generated_at}
     return compiled
+
+
+def _bytes_or_zero(limit: int | str) -> int:
+    """A byte limit as given (an int, "512MiB", "0"); a TilegraphError names what cannot be read."""
+    if isinstance(limit, int) or str(limit).strip() in ("0", "0B", "0b"):
+        return max(0, int(limit))
+    try:
+        return parse_bytes(str(limit))
+    except ValueError as e:
+        raise TilegraphError(f"cpp backend: packed_weight_limit ({PACKED_WEIGHTS_VARIABLE}): {e}") from None
 
 
 def require_executed_plan(program: Program, generated: Generated) -> None:

@@ -15,6 +15,7 @@ Depthwise convolutions (the input moves with every output channel) keep the row 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,11 @@ class WeightPack:
         shape = self.source.type.shape
         rest = tuple(n for a, n in enumerate(shape) if a != self.axis)
         return (-(-shape[self.axis] // self.block), *rest, self.block)
+
+    @property
+    def nbytes(self) -> int:
+        """The packed copy's size: what it holds beside the caller's array."""
+        return math.prod(self.shape) * self.source.type.dtype.itemsize
 
     def index(self, amap, var) -> str:
         """The C index of the element a (kernel-loop) map selects."""

@@ -60,8 +60,9 @@ class KernelEmitter(RegisterBlocks):
         self.channel_plans, self.packs = {}, {}
         if dialect.vector_width and kernel.template is None:
             self.widen_tiles()
-            self.plan_channel_blocks(params)
-            self.plan_weight_panels(params)
+            if micro.pack_weights:
+                self.plan_channel_blocks(params)
+                self.plan_weight_panels(params)
         self.base = {k: self._lo(k) for k in range(len(self.loops))}
         self.outputs = set(kernel.outputs)
         self.global_ptrs = dict(params)

@@ -40,6 +40,10 @@ class MicroKernel:
     threads_hint: int = 8  # parallel tiles `widen_tiles` keeps at least
     min_rows: int = 8  # a vector block's row loop gets parallel tiles at least this tall (`widen_tiles`)
     fused_stores: bool = True  # blocks apply their elementwise epilogue as they store (`plan_fused_stores`)
+    # load-time weight copies (channel blocks, panels): the most bytes a program holds beside the caller's weights
+    # (`source.generate`: kernels past it read their weights as stored); `pack_weights` off: none in this kernel
+    packed_weight_limit: int = 1 << 30
+    pack_weights: bool = True
 
 
 def _sum_of_products(expr) -> bool:

@@ -16,6 +16,7 @@ from tilegraph.ir.graph import Value
 from tilegraph.ir.host import usable_cpus
 from tilegraph.ir.program import Program
 from tilegraph.ir.types import DType
+from tilegraph.ir.units import format_bytes
 
 from .fold import evaluate_folding
 from .source import Generated, trace_capacity
@@ -171,8 +172,11 @@ class NativeProgram(CompiledProgram):
     def backend_report(self) -> str:
         arena = self.generated.arena
         far = f", far pool {arena.far_size} bytes" if arena.far else ""
+        packs = self.generated.folding.packs
         lines = [f"  arena: {arena.size} bytes, offsets from {arena.source}{far}",
                  f"  scratch: {self.generated.scratch} bytes per thread, {self.threads} threads",
+                 f"  packed weights: {len(packs)} load-time copies, {format_bytes(sum(p.nbytes for p in packs))} "
+                 f"beside the weights (limit {format_bytes(self.generated.packed_weight_limit or 0)})",
                  f"  kernels: {len(self.generated.order)} functions, source {len(self.source.splitlines())} lines"]
         for key in ("compiler", "flags", "units", "library", "cached", "reason"):
             if key in self.build_info:

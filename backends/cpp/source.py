@@ -51,6 +51,7 @@ class Generated:
     units: tuple[str, ...] = ()  # the same code as translation units that compile apart (none: one unit)
     trace: bool = False  # a debug build that logs what the entry point does
     traced: tuple[Value, ...] = ()  # with `trace`: the tensors the log's ids name
+    packed_weight_limit: int | None = None  # what `folding.packs` was held to (`MicroKernel.packed_weight_limit`)
 
 
 def execution_order(program: Program) -> tuple[Kernel, ...]:
@@ -181,14 +182,22 @@ def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKerne
     first: dict[str, str] = {}  # kernel text up to names -> the function emitted for it
     functions = dict(names.functions)
     bodies = []
+    held: set = set()  # the load-time weight copies so far (`MicroKernel.packed_weight_limit`)
     for kernel in order:
+        kernel_micro = micro
         canonical = _kernel_function(kernel, "kernel", dialect, micro, folding, _canonical_names(kernel),
                                      packed.setdefault(kernel.name, {}))
+        new = set(packed[kernel.name].values()) - held
+        if new and sum(p.nbytes for p in held | new) > micro.packed_weight_limit:
+            kernel_micro = replace(micro, pack_weights=False)  # past the limit: weights read as stored
+            packed[kernel.name] = {}
+            canonical = _kernel_function(kernel, "kernel", dialect, kernel_micro, folding, _canonical_names(kernel))
+        held |= set(packed[kernel.name].values())
         same = first.setdefault(_COMMENT.sub("", canonical), functions[kernel.name])
         if same != functions[kernel.name]:  # a repeated layer: the compiler builds its function once
             functions[kernel.name] = same
             continue
-        bodies.append(_kernel_function(kernel, functions[kernel.name], dialect, micro, folding, names))
+        bodies.append(_kernel_function(kernel, functions[kernel.name], dialect, kernel_micro, folding, names))
     names = replace(names, functions=MappingProxyType(functions))
     packs = tuple(dict.fromkeys(p for by_value in packed.values() for p in by_value.values()))
     folding = replace(folding, packs=packs)
@@ -203,7 +212,7 @@ def generate(program: Program, dialect: Dialect, micro: MicroKernel = MicroKerne
     cores = cores or os.cpu_count() or 1
     units = split_units(head, bodies[:-1], bodies[-1], cores) if dialect.splits else ()
     return Generated("\n".join(head("\n".join(bodies)) + bodies), arena, order, outputs, folding, scratch=scratch,
-                     trace=trace, traced=traced, units=units)
+                     trace=trace, traced=traced, units=units, packed_weight_limit=micro.packed_weight_limit)
 
 
 SPLIT_LINES = 1000  # kernel code below this compiles faster as one unit than as several

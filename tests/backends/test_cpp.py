@@ -327,6 +327,35 @@ def test_a_matmul_weight_is_read_from_panels_one_vector_wide(m, k, n, tiles, pac
     assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
 
 
+@pytest.mark.parametrize("limit,packed", [(None, ["w1", "w2"]), (64 * 48 * 4, ["w1"]), ("0", []),
+                                          ("8KiB", ["w1"])])
+def test_packed_weight_copies_stay_within_their_limit(limit, packed, monkeypatch):
+    """Load-time panels copy a matmul's weight beside the caller's: kernels past `packed_weight_limit` (or
+    $TILEGRAPH_PACKED_WEIGHTS) read theirs as stored, with the same results; the report says what is held."""
+    b = GraphBuilder("limit")
+    x, w1, w2 = b.input("x", [8, 32]), b.param("w1", [32, 48]), b.param("w2", [48, 64])
+    b.output(b.matmul(b.relu(b.matmul(x, w1)), w2))
+    program = schedule(b.graph, CPU)
+    params = bound_params(b.graph, program)
+    if isinstance(limit, str):
+        monkeypatch.setenv("TILEGRAPH_PACKED_WEIGHTS", limit)
+    compiled = cpp.build(program, params, cxxflags=NATIVE_FLAGS, packed_weight_limit=limit if isinstance(limit, int)
+                         else None)
+    assert [p.source.name for p in compiled.generated.folding.packs] == packed
+    held = sum(p.nbytes for p in compiled.generated.folding.packs)
+    assert f"packed weights: {len(packed)} load-time copies" in compiled.backend_report() and held <= 1 << 30
+    inputs = reference.random_inputs(b.graph)
+    assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
+
+
+def test_an_unreadable_packed_weight_limit_is_named():
+    b = GraphBuilder("limit")
+    b.output(b.matmul(b.input("x", [8, 32]), b.param("w", [32, 48])))
+    program = schedule(b.graph, CPU)
+    with pytest.raises(TilegraphError, match=r"packed_weight_limit \(TILEGRAPH_PACKED_WEIGHTS\): cannot read 'lots'"):
+        cpp.build(program, bound_params(b.graph, program), packed_weight_limit="lots")
+
+
 def test_a_row_reduction_over_one_row_tiles_runs_on_scalars():
     """A layer norm tiled one row at a time: its means reduce along the row, and the register block's vector runs
     across rows, one lane used. It ran as 16-lane gathers per element (ViT's: 2.6 ms a call); now each block is
