@@ -7,6 +7,7 @@ graph built without it, calls alternating.
     python benchmarks/rewrite_ab.py gelu_tanh            # writes benchmarks/results/gelu_tanh_ab.md
     python benchmarks/rewrite_ab.py weight_panels        # writes benchmarks/results/weight_panels_ab.md
     python benchmarks/rewrite_ab.py lane_sums            # writes benchmarks/results/lane_sums_ab.md
+    python benchmarks/rewrite_ab.py narrow_rows          # writes benchmarks/results/narrow_rows_ab.md
     python benchmarks/rewrite_ab.py concat --models vit_base --calls 21
 
 Rewrites (`REWRITES`): `concat`, the structured concat (a select between padded reads; canonicalize reads its
@@ -16,7 +17,9 @@ decomposed over [b, g, r, l, d] (each group's keys and values read through their
 elementwise node moved into its only reader's kernel: Llama's q * cos into the rotary kernel); `gelu_tanh`,
 GPT-2's GELU (tanh approximation, written as nine ops) recognised as one op; `weight_panels`, the C++ backend
 reading a matmul's weight from a load-time copy in panels one vector wide against row-major; `lane_sums`, the C++
-backend reducing a one-point register block's row across a vector's lanes against one element at a time. Models are rows of `dynamo_gpu.py --cpu`. Between
+backend reducing a one-point register block's row across a vector's lanes against one element at a time;
+`narrow_rows`, convolutions whose output rows are narrower than a vector run as channel blocks against row
+blocks. Models are rows of `dynamo_gpu.py --cpu`. Between
 processes this 2-core machine's times for one Program spread by several percent; alternating calls of both
 builds in one process put the same load on each. The median ms of each and their ratio; for the GPU, the Triton
 Program's launches and modelled bytes (its kernels' inputs and outputs) at batch 32 in bf16.
@@ -104,6 +107,10 @@ REWRITES = {
     # layer norm's means over one-row tiles; also a code-generation choice)
     "lane_sums": Rewrite(lambda: switched_off("tilegraph.backends.cpp.microkernel", "RegisterBlocks._lane_loop"),
                          "vit_base;gpt2_small;bert_base;llama_4layer;cpu:transformer;cpu:GPT-2", "one by one", "lanes"),
+    # the C++ backend's convolutions over output rows narrower than a vector as row blocks (vectors along the row,
+    # most lanes idle), not channel blocks (vectors along the output channels)
+    "narrow_rows": Rewrite(lambda: switched_off("tilegraph.backends.cpp.conv", "narrow_row"),
+                           "resnet50;cpu:ResNet-50;cpu:MobileNetV2;cpu:ResNet-18", "row blocks", "channel blocks"),
 }
 
 

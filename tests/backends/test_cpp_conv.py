@@ -68,9 +68,13 @@ CASES = {
     "depthwise stride 2 pad (0, 1)": ((1, 24, 14, 14), (24, 1, 3, 3), dict(stride=(2, 2), padding_end=(1, 1),
                                                                          groups=24)),
     "3x3 pad (2, 0) x (0, 1)": ((1, 8, 12, 12), (24, 8, 3, 3), dict(padding=(2, 0), padding_end=(0, 1))),
+    # output rows narrower than a vector, filters in whole vectors (ResNet-50's 7 x 7 stage): channel blocks
+    "3x3 pad 1, 7-wide rows, 32 filters": ((1, 8, 7, 7), (32, 8, 3, 3), dict(padding=(1, 1))),
+    "1x1, 5-wide rows, 16 filters": ((2, 24, 5, 5), (16, 24, 1, 1), dict()),
 }
 PACKED = {"1x1 stride 2", "3x3 stride 2 pad 1", "7x7 stride 2 pad 3 (stem)", "3x3 stride 3 dilation 2",
-          "3x3 stride (1, 2)", "grouped stride 2", "3x3 stride 2 pad (0, 1)"}
+          "3x3 stride (1, 2)", "grouped stride 2", "3x3 stride 2 pad (0, 1)", "3x3 pad 1, 7-wide rows, 32 filters",
+          "1x1, 5-wide rows, 16 filters"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -79,7 +83,8 @@ def test_convolution_kinds_match_the_reference(name, epilogue):
     x_shape, w_shape, attrs = CASES[name]
     graph = conv_graph(x_shape, w_shape, epilogue, **attrs)
     compiled = check_backend(native_build, graph, CPU)
-    assert ("w_packed" in compiled.source) == (name in PACKED), "channel blocks exactly for strided dense convs"
+    assert ("w_packed" in compiled.source) == (name in PACKED), \
+        "channel blocks exactly for strided dense convs and narrow rows of whole filter vectors"
     check_backend(fast_build, graph, TINY)
 
 
