@@ -61,19 +61,6 @@ template <class A> inline auto tg_log(A a) { return TG_MATH::log(a); }
 inline int64_t tg_lmin(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t tg_lmax(int64_t a, int64_t b) { return a > b ? a : b; }
 typedef float tg_vf __attribute__((vector_size(64)));
-inline void tg_load_lanes(tg_vf* dst, const float* src, int64_t lo, int64_t hi, int64_t lanes) {
-  for (int64_t q = 0; q < lanes; ++q) {
-    const int64_t l = tg_lmax(lo - q * 16, 0), h = tg_lmin(hi - q * 16, 16);
-#if defined(__AVX512F__)
-    const __mmask16 m = h > l ? (__mmask16)(((1u << h) - 1u) & ~((1u << l) - 1u)) : (__mmask16)0;
-    dst[q] = (tg_vf)_mm512_maskz_loadu_ps(m, src + q * 16);
-#else
-    float g[16];
-    for (int64_t i = 0; i < 16; ++i) g[i] = (i >= l && i < h) ? src[q * 16 + i] : 0.0f;
-    std::memcpy(&dst[q], g, sizeof(g));
-#endif
-  }
-}
 inline void tg_load_masks(tg_vf* dst, const float* src, const uint16_t* masks, int64_t lanes) {
   for (int64_t q = 0; q < lanes; ++q) {
 #if defined(__AVX512F__)
@@ -324,56 +311,56 @@ static int kernel_k1(const float* __restrict__ v2, float* __restrict__ p1) {
 }
 
 // kernel k2 (generic): conv2d, reshape, add, relu
-// loops: d0<8 parallel tile 2>, d1<16 parallel tile 16>, d2<10 parallel tile 10>, d3<10 parallel tile 10>, d4<6 reduction tile 6>, d5<5 reduction tile 5>, d6<5 reduction tile 5>
+// loops: d0<8 parallel tile 1>, d1<16 parallel tile 16>, d2<10 parallel tile 10>, d3<10 parallel tile 10>, d4<6 reduction tile 6>, d5<5 reduction tile 5>, d6<5 reduction tile 5>
 static int kernel_k2(const float* __restrict__ p1, const float* __restrict__ conv2_weight, const float* __restrict__ v4, float* __restrict__ v5) {
-  // tile: d0=2 (parallel), d1=16 (parallel), d2=10 (parallel), d3=10 (parallel), d4=6 (reduction), d5=5 (reduction), d6=5 (reduction)
+  // tile: d0=1 (parallel), d1=16 (parallel), d2=10 (parallel), d3=10 (parallel), d4=6 (reduction), d5=5 (reduction), d6=5 (reduction)
   {
 #pragma omp parallel num_threads(tg_threads)
     {
 #pragma omp for collapse(1) schedule(static)
-      for (int64_t t0 = 0; t0 < 4; ++t0) {
-        const int64_t lo0 = t0 * 2;
-        const int64_t hi0 = lo0 + 2;
+      for (int64_t t0 = 0; t0 < 8; ++t0) {
+        const int64_t lo0 = t0 * 1;
+        const int64_t hi0 = lo0 + 1;
         {
           // conv2d
           for (int64_t i0 = lo0; i0 < hi0; i0 += 1) {
             for (int64_t i2 = 0; i2 < 10; i2 += 1) {
-              for (int64_t b1 = 0; b1 < 16; b1 += 8) {
-                for (int64_t b3 = 0; b3 < 10; b3 += 16) {
-                  const int64_t mu = tg_lmin(8, 16 - b1);
-                  const int64_t nv = tg_lmin(16, 10 - b3);
-                  // register blocks: mu in {8}, nv in {10}
-                  if (mu == 8) {
-                    tg_vf vacc[8][1];
+              for (int64_t b3 = 0; b3 < 10; b3 += 5) {
+                for (int64_t b1 = 0; b1 < 16; b1 += 16) {
+                  const int64_t mu = tg_lmin(5, 10 - b3);
+                  const int64_t nv = tg_lmin(16, 16 - b1);
+                  // register blocks: mu in {5}, nv in {16}
+                  if (mu == 5 && nv == 16) {
+                    tg_vf vacc[5][1];
                     float row[16];
-#pragma GCC unroll 8
-                    for (int64_t uu = 0; uu < 8; ++uu) {
-                      for (int64_t vv = 0; vv < 16; ++vv) row[vv] = vv < nv ? (((float)0.0)) : 0.0f;
+#pragma GCC unroll 5
+                    for (int64_t uu = 0; uu < 5; ++uu) {
+                      for (int64_t vv = 0; vv < 16; ++vv) row[vv] = ((float)0.0);
                       for (int64_t q = 0; q < 1; ++q) std::memcpy(&vacc[uu][q], row + q * 16, sizeof(tg_vf));
                     }
                     for (int64_t i4 = 0; i4 < 6; ++i4) {
                       for (int64_t i5 = 0; i5 < 5; ++i5) {
                         for (int64_t i6 = 0; i6 < 5; ++i6) {
-                          tg_vf a0[1]; { const int64_t lane_lo = 0; const int64_t lane_hi = nv; tg_load_lanes(a0, &p1[1176 * i0 + 14 * i2 + b3 + 196 * i4 + 14 * i5 + i6], lane_lo, lane_hi, 1); }
-#pragma GCC unroll 8
-                          for (int64_t uu = 0; uu < 8; ++uu) {
-                            const float a1 = conv2_weight[150 * (b1 + uu) + 25 * i4 + 5 * i5 + i6];
+                          tg_vf a1[1]; for (int64_t q = 0; q < 1; ++q) std::memcpy(&a1[q], &conv2_weight[(((b1 + q * 16)) / 16) * 2400 + ((b1 + q * 16)) % 16 + 400 * i4 + 80 * i5 + 16 * i6], sizeof(tg_vf));
+#pragma GCC unroll 5
+                          for (int64_t uu = 0; uu < 5; ++uu) {
+                            const float a0 = p1[1176 * i0 + 14 * i2 + (b3 + uu) + 196 * i4 + 14 * i5 + i6];
 #pragma GCC unroll 1
                             for (int64_t q = 0; q < 1; ++q) {
-                              vacc[uu][q] = (vacc[uu][q] + (a0[q] * a1));
+                              vacc[uu][q] = (vacc[uu][q] + (a0 * a1[q]));
                             }
                           }
                         }
                       }
                     }
-#pragma GCC unroll 8
-                    for (int64_t uu = 0; uu < 8; ++uu) {
+#pragma GCC unroll 5
+                    for (int64_t uu = 0; uu < 5; ++uu) {
                       for (int64_t q = 0; q < 1; ++q) std::memcpy(row + q * 16, &vacc[uu][q], sizeof(tg_vf));
-                      const float a0_1 = v4[(b1 + uu)];
 #pragma omp simd
-                      for (int64_t vv = 0; vv < nv; ++vv) {
+                      for (int64_t vv = 0; vv < 16; ++vv) {
+                        const float a0_1 = v4[(b1 + vv)];
                         const float e0 = (row[vv] + a0_1);  // add
-                        v5[1600 * i0 + 100 * (b1 + uu) + 10 * i2 + (b3 + vv)] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
+                        v5[1600 * i0 + 100 * (b1 + vv) + 10 * i2 + (b3 + uu)] = static_cast<float>(tg_max(e0, ((float)0.0)));  // relu
                       }
                     }
                   }
@@ -750,9 +737,10 @@ extern "C" int64_t tg_scratch_bytes() { return 9408; }
 extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int threads) {
   tg_threads = threads < tg_max_threads() ? threads : tg_max_threads();
   tg_scratch = arena + 188160;
-  const float* fc1_weight_packed = reinterpret_cast<const float*>(ins[13]);
-  const float* fc2_weight_packed = reinterpret_cast<const float*>(ins[14]);
-  const float* fc3_weight_packed = reinterpret_cast<const float*>(ins[15]);
+  const float* conv2_weight_packed = reinterpret_cast<const float*>(ins[13]);
+  const float* fc1_weight_packed = reinterpret_cast<const float*>(ins[14]);
+  const float* fc2_weight_packed = reinterpret_cast<const float*>(ins[15]);
+  const float* fc3_weight_packed = reinterpret_cast<const float*>(ins[16]);
   float* x = reinterpret_cast<float*>(ins[0]);
   float* conv1_weight = reinterpret_cast<float*>(ins[1]);
   float* conv1_bias = reinterpret_cast<float*>(ins[2]);
@@ -776,7 +764,7 @@ extern "C" int tg_run(void* const* ins, void* const* outs, char* arena, int thre
   int err = 0;
   if (!err) err = kernel_k0(x, conv1_weight, v1, v2);
   if (!err) err = kernel_k1(v2, p1);
-  if (!err) err = kernel_k2(p1, conv2_weight, v4, v5);
+  if (!err) err = kernel_k2(p1, conv2_weight_packed, v4, v5);
   if (!err) err = kernel_k3(v5, flat);
   if (!err) err = kernel_k4(flat, fc1_weight_packed, fc1_bias, f1);
   if (!err) err = kernel_k5(f1, fc2_weight_packed, fc2_bias, f2);
