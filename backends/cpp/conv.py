@@ -75,10 +75,12 @@ class WeightPack:
         """The packed array of the source's value `array` (C order, zeros in the padding)."""
         moved = np.moveaxis(array, self.axis, -1)
         blocks = self.shape[0]
-        padded = np.zeros((*moved.shape[:-1], blocks * self.block), dtype=moved.dtype)
-        padded[..., :moved.shape[-1]] = moved
-        padded = padded.reshape(*moved.shape[:-1], blocks, self.block)
-        return np.ascontiguousarray(np.moveaxis(padded, -2, 0))
+        if moved.shape[-1] != blocks * self.block:  # a partial last block: zero-pad first (a copy more)
+            padded = np.zeros((*moved.shape[:-1], blocks * self.block), dtype=moved.dtype)
+            padded[..., :moved.shape[-1]] = moved
+            moved = padded
+        blocked = moved.reshape(*moved.shape[:-1], blocks, self.block)
+        return np.ascontiguousarray(np.moveaxis(blocked, -2, 0))  # (the one copy of whole blocks)
 
 
 @dataclass
