@@ -182,7 +182,7 @@ class Runner:
         self._spec = conversion.output_spec
         # a flat tuple of graph outputs, in order (the usual case) is returned without the pytree
         self._flat = (self._spec.type is tuple and self._leaves == list(range(len(self._leaves)))
-                      and all(child.is_leaf() for child in self._spec.children_specs))
+                      and all(child.is_leaf() for child in _children(self._spec)))
         state = set(conversion.state_positions)
         self._arity = len(args)
         self._free = [p for p in range(len(args)) if p not in state]
@@ -351,6 +351,12 @@ def _own_tensors(program, conversion: Conversion, device: torch.device) -> dict:
         if source is not None and (source is array or np.array_equal(source, array)):
             own[value] = tensor.detach()
     return own
+
+
+def _children(spec: pytree.TreeSpec) -> list[pytree.TreeSpec]:
+    """A pytree spec's child specs: `children()` where torch has it (`children_specs` warns of deprecation in 2.13)."""
+    children = getattr(spec, "children", None)
+    return list(children()) if callable(children) else list(spec.children_specs)
 
 
 def _addressed_outputs(program, conversion: Conversion, inputs: Sequence[Any]) -> list | None:

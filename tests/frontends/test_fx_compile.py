@@ -61,6 +61,29 @@ def test_strided_inputs_are_read_as_their_values(built):
     assert [target for _, target in built] == ["cpp"]
 
 
+class SeveralResults(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x, ids):
+        y = self.linear(x)
+        return y.argmax(-1), y > 0, y.sum(), y[:, :4], ids * 2
+
+
+def test_results_of_every_dtype_come_back_without_a_warning(built):
+    """Integer, boolean, 0-d and sliced results, as eager gives them, and no warning of any kind on the way
+    (a deprecated torch API used per compile warned once per graph, and failed where warnings are errors)."""
+    model, x, ids = SeveralResults().eval(), torch.randn(3, 8), torch.arange(6).reshape(3, 2)
+    compiled = torch.compile(model, backend="tilegraph")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error")
+        got, want = compiled(x, ids), model(x, ids)
+    assert [(g.dtype, g.shape) for g in got] == [(w.dtype, w.shape) for w in want]
+    assert all(torch.equal(g, w) if g.dtype != torch.float32 else close(g, w) for g, w in zip(got, want))
+    assert [target for _, target in built] == ["cpp"]
+
+
 class ReturnsItsInput(nn.Module):
     def forward(self, x):
         return x, torch.relu(x), x
