@@ -10,7 +10,9 @@ does not run once more during conversion). Along the way:
 - A node that depends on no input and no parameter (`torch.arange(n)`, a causal mask built from
   it) is folded: its result on the example inputs becomes a constant parameter.
 - An in-place op (`out += identity`, `relu_`, `nn.ReLU(inplace=True)`) rebinds the mutated tensor,
-  so later readers see the new value.
+  so later readers see the new value. Under torch.compile (`write_back`) a graph input updated in
+  place is an extra output, copied back into the caller's tensor after each call; module state
+  updated in place, or an input written through a view of it, is reported as unsupported.
 - Every node that cannot be converted is recorded; the error lists all of them at the end, each
   with its fx node name and the user's source line.
 """
@@ -59,6 +61,9 @@ class Conversion:
     # IR parameter name -> the torch tensor it was converted from, for backends that can read the
     # module's own tensors at run time instead of a copy (the Triton path under torch.compile)
     param_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    # (placeholder position, graph output index): an input the graph updates in place, and the output holding
+    # its new value, which the caller copies back into the input after each call (`write_back`)
+    written_back: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Lazy:
@@ -83,9 +88,13 @@ class FxConverter:
 
     def __init__(self, gm: fx.GraphModule, name: str = "main",
                  placeholders: dict[str, _Placeholder] | None = None, model: str | None = None,
-                 share_weights: bool = False) -> None:
+                 share_weights: bool = False, write_back: bool = False) -> None:
         self.gm = gm
         self.share_weights = share_weights
+        # inputs updated in place come back as extra outputs (`Conversion.written_back`); module state updated in
+        # place, or anything written through a view of an input, cannot, and is reported as unsupported
+        self.write_back = write_back
+        self.written: dict[fx.Node, list[fx.Node]] = {}  # placeholder -> the in-place ops on it or on views of it
         self.propagated = False  # whether Dynamo's example values stand in for running live nodes
         self.model = model or name
         self.b = GraphBuilder(name)
@@ -398,12 +407,17 @@ class FxConverter:
         return not any(word in name for word in _RANDOM_WORDS)
 
     def _rebind_inplace(self, node: fx.Node, module, produced) -> None:
-        """After `x.add_(y)` (or `x += y`), later readers of x read the result."""
+        """After `x.add_(y)` (or `x += y`), later readers of x read the result. Which placeholder it writes (x
+        itself, or x through views) is noted for `write_back`."""
         first = node.args[0] if node.args else None
-        if isinstance(first, fx.Node) and _is_inplace(node, module) and isinstance(produced, (Value, _Lazy)):
-            self.env[first] = produced
-            if node in self.live:
-                self.live.add(first)
+        if isinstance(first, fx.Node) and _is_inplace(node, module):
+            root = _view_root(first)
+            if root is not None:
+                self.written.setdefault(root, []).append(node)
+            if isinstance(produced, (Value, _Lazy)):
+                self.env[first] = produced
+                if node in self.live:
+                    self.live.add(first)
 
     def _check(self, node: fx.Node, module, produced: Any, expected: Any) -> None:
         """The converted result must have the shapes and dtypes torch produced."""
@@ -452,11 +466,35 @@ class FxConverter:
                 template.append(("const", leaf))
         if not outputs:
             raise ConversionError(f"{self.model} returns no tensors")
+        written_back = self._written_back(outputs) if self.write_back else []
+        if written_back is None:
+            return None
         self.graph.set_outputs(outputs)
         dtypes = [_torch_dtype_of(v) for v in outputs]
         tensors = {value.name: tensor for tensor, value in self._params.values()}
         return Conversion(self.graph, self.input_positions, self.state_positions, self.scalar_positions, spec,
-                          template, dtypes, tensors)
+                          template, dtypes, tensors, written_back)
+
+    def _written_back(self, outputs: list[Value]) -> list[tuple[int, int]] | None:
+        """For each input the graph updates in place, its new value appended to `outputs`: (position, index).
+        None, with the offenders reported, where module state or a view of an input is updated in place."""
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        written_back = []
+        for root, writers in self.written.items():
+            position = placeholders.index(root)
+            through_view = next((w for w in writers if w.args[0] is not root), None)
+            new = self._lift(self.env[root])
+            if position in self.state_positions or root.name in self.placeholders:
+                self._offend(writers[0], None, f"updates the module's state {root.name} in place, which a compiled "
+                                               "graph does not write back (batch-norm statistics: call model.eval())")
+            elif through_view is not None:
+                self._offend(through_view, None, f"updates input {root.name} in place through a view of it")
+            elif position not in self.input_positions or not isinstance(new, Value):
+                self._offend(writers[0], None, f"updates {root.name} in place, which a compiled graph cannot write back")
+            else:
+                written_back.append((position, len(outputs)))
+                outputs.append(new)
+        return None if self.offenders else written_back
 
     # ----- errors ---------------------------------------------------------------------------
     def _offend(self, node: fx.Node, module, reason: str) -> None:
@@ -539,6 +577,22 @@ def _is_item(node: fx.Node) -> bool:
     return node.op == "call_function" and str(node.target).startswith(("aten.item", "aten._local_scalar_dense"))
 
 
+# ops whose result may share its input's memory: an in-place op on it writes the input too
+_VIEWS = {"view", "view_as", "reshape", "transpose", "permute", "t", "select", "narrow", "unsqueeze", "squeeze",
+          "expand", "expand_as", "flatten", "unflatten", "as_strided", "diagonal", "unbind", "split", "chunk",
+          "movedim", "swapaxes", "getitem", "__getitem__", "detach", "contiguous"}
+
+
+def _view_root(node: fx.Node) -> fx.Node | None:
+    """The placeholder `node` is, or may be a view of (through `_VIEWS` ops on the first argument); None if none."""
+    while node.op != "placeholder":
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.op == "call_module" or name not in _VIEWS or not node.args or not isinstance(node.args[0], fx.Node):
+            return None
+        node = node.args[0]
+    return node
+
+
 def _is_setitem(node: fx.Node) -> bool:
     return (node.op == "call_function" and node.target is operator.setitem) or \
         (node.op == "call_method" and node.target == "__setitem__")
@@ -596,10 +650,10 @@ def _torch_dtype_of(value: Value) -> torch.dtype:
 # ----- entry points -------------------------------------------------------------------------------
 def convert_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name: str | None = None,
                          placeholders: dict[str, _Placeholder] | None = None,
-                         share_weights: bool = False) -> Conversion:
-    """Convert `gm` bound to `example_inputs` (`share_weights`: see FxConverter)."""
+                         share_weights: bool = False, write_back: bool = False) -> Conversion:
+    """Convert `gm` bound to `example_inputs` (`share_weights`, `write_back`: see FxConverter)."""
     name = name or type(gm).__name__
-    converter = FxConverter(gm, name, placeholders, model=name, share_weights=share_weights)
+    converter = FxConverter(gm, name, placeholders, model=name, share_weights=share_weights, write_back=write_back)
     return converter.convert(list(example_inputs))
 
 

@@ -140,7 +140,7 @@ class TilegraphGraph:
         try:
             start = time.perf_counter()
             # the weights' own memory: an update in place makes `Runner.current` false, and converts again
-            conversion = convert_graph_module(self.gm, args, name=self.name, share_weights=True)
+            conversion = convert_graph_module(self.gm, args, name=self.name, share_weights=True, write_back=True)
             conversion.graph.name = self.ir_name
             converted = time.perf_counter() - start
             program = compile_graph(conversion.graph, target, program_cache=self.options.program_cache)
@@ -202,8 +202,10 @@ class Runner:
 
     def __call__(self, args: Sequence[Any]) -> Any:
         tensors = self.run([args[p] for p in self._positions])
+        for position, index in self.conversion.written_back:  # inputs the model updates in place
+            args[position].copy_(tensors[index])
         if self._flat:
-            return tuple(tensors)
+            return tuple(tensors[:len(self._leaves)])
         leaves = [tensors[leaf] if isinstance(leaf, int) else leaf[1] for leaf in self._leaves]
         return pytree.tree_unflatten(leaves, self._spec)
 

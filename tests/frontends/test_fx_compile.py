@@ -84,6 +84,58 @@ def test_results_of_every_dtype_come_back_without_a_warning(built):
     assert [target for _, target in built] == ["cpp"]
 
 
+class UpdatesItsInput(nn.Module):
+    def forward(self, x, y):
+        x.add_(1)
+        x[0] = y.sum()
+        torch.relu_(y)
+        return x * 2
+
+
+def test_inputs_updated_in_place_are_written_back(built):
+    """`x.add_`, `x[i] = v`, `relu_`: after the call the caller's tensors hold what eager leaves in them."""
+    x, y = torch.randn(3, 4), torch.randn(4)
+    x_eager, y_eager = x.clone(), y.clone()
+    compiled = torch.compile(UpdatesItsInput(), backend="tilegraph")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        for _ in range(2):  # the second call through the runner kept from the first
+            got, want = compiled(x, y), UpdatesItsInput()(x_eager, y_eager)
+            assert close(got, want) and close(x, x_eager) and close(y, y_eager)
+    assert [target for _, target in built] == ["cpp"]
+
+
+class CountsItsCalls(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return x * self.calls
+
+
+class WritesThroughAView(nn.Module):
+    def forward(self, x):
+        x[:, 0].mul_(2)
+        return x + 1
+
+
+@pytest.mark.parametrize("model,reason", [(CountsItsCalls, "updates the module's state"),
+                                          (WritesThroughAView, "in place through a view of it")])
+def test_updates_in_place_that_cannot_be_written_back_run_eagerly_with_a_warning(built, model, reason):
+    """Module state updated in place, and an input written through a view: eager PyTorch runs the graph, says
+    why, and leaves what eager leaves (never a result computed from a stale tensor)."""
+    x = torch.randn(3, 4)
+    x_eager = x.clone()
+    compiled, reference = torch.compile(model(), backend="tilegraph"), model()
+    with torch.no_grad(), pytest.warns(TilegraphFallbackWarning, match=reason):
+        got = compiled(x)
+    with torch.no_grad():
+        want = reference(x_eager)
+    assert close(got, want) and close(x, x_eager)
+
+
 class ReturnsItsInput(nn.Module):
     def forward(self, x):
         return x, torch.relu(x), x
