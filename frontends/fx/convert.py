@@ -490,7 +490,8 @@ class FxConverter:
             elif through_view is not None:
                 self._offend(through_view, None, f"updates input {root.name} in place through a view of it")
             elif position not in self.input_positions or not isinstance(new, Value):
-                self._offend(writers[0], None, f"updates {root.name} in place, which a compiled graph cannot write back")
+                self._offend(writers[0], None,
+                             f"updates {root.name} in place, which a compiled graph cannot write back")
             else:
                 written_back.append((position, len(outputs)))
                 outputs.append(new)
