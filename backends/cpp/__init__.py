@@ -75,7 +75,8 @@ def _bytes_or_zero(limit: int | str) -> int:
     try:
         return parse_bytes(str(limit))
     except ValueError as e:
-        raise TilegraphError(f"cpp backend: packed_weight_limit ({PACKED_WEIGHTS_VARIABLE}): {e}") from None
+        raise TilegraphError(f"cpp backend: packed_weight_limit ({PACKED_WEIGHTS_VARIABLE}): {e}, or 0 for no "
+                             "copies") from None
 
 
 def require_executed_plan(program: Program, generated: Generated) -> None:

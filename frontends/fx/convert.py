@@ -488,7 +488,7 @@ class FxConverter:
                 self._offend(writers[0], None, f"updates the module's state {root.name} in place, which a compiled "
                                                "graph does not write back (batch-norm statistics: call model.eval())")
             elif through_view is not None:
-                self._offend(through_view, None, f"updates input {root.name} in place through a view of it")
+                self._offend(through_view, None, f"updates input {root.name} in place through a view or alias of it")
             elif position not in self.input_positions or not isinstance(new, Value):
                 self._offend(writers[0], None,
                              f"updates {root.name} in place, which a compiled graph cannot write back")
@@ -578,10 +578,12 @@ def _is_item(node: fx.Node) -> bool:
     return node.op == "call_function" and str(node.target).startswith(("aten.item", "aten._local_scalar_dense"))
 
 
-# ops whose result may share its input's memory: an in-place op on it writes the input too
+# ops whose result may share its input's memory (views, and conversions that return their input when there is
+# nothing to convert): an in-place op on it writes the input too
 _VIEWS = {"view", "view_as", "reshape", "transpose", "permute", "t", "select", "narrow", "unsqueeze", "squeeze",
           "expand", "expand_as", "flatten", "unflatten", "as_strided", "diagonal", "unbind", "split", "chunk",
-          "movedim", "swapaxes", "getitem", "__getitem__", "detach", "contiguous"}
+          "movedim", "swapaxes", "getitem", "__getitem__", "detach", "contiguous", "to", "type", "type_as", "float",
+          "double", "half", "bfloat16", "cpu", "cuda"}
 
 
 def _view_root(node: fx.Node) -> fx.Node | None:

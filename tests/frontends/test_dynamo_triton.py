@@ -332,6 +332,27 @@ def test_a_python_number_passed_as_a_cpu_scalar_does_not_decide_the_device(graph
     assert dynamo.TritonRunner(runner.conversion, runner.program, args, graph.options)._launcher.device.type == "cpu"
 
 
+class UpdatesItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        x.mul_(2)
+        return self.fc(x)
+
+
+def test_an_input_updated_in_place_is_written_back_on_the_triton_path(graphs):
+    model, x = UpdatesItsInput().eval(), torch.randn(3, 8)
+    x_eager = x.clone()
+    got = run(compiled(model, target="triton"), x)
+    with torch.no_grad():
+        want = model(x_eager)
+    assert_matches(got, want)
+    assert torch.equal(x, x_eager), "the caller's tensor holds what eager leaves in it"
+    assert_ran_on_triton(graphs)
+
+
 # ----- the C++ path: inputs in place, outputs own their memory --------------------------------------------
 class _PointerRecorder:
     """A compiled program that records where its inputs and results live (arrays, or raw addresses)."""

@@ -121,8 +121,15 @@ class WritesThroughAView(nn.Module):
         return x + 1
 
 
+class WritesThroughAConversion(nn.Module):
+    def forward(self, x):
+        x.float().add_(1)  # x is f32 already: .float() returns x itself
+        return x * 3
+
+
 @pytest.mark.parametrize("model,reason", [(CountsItsCalls, "updates the module's state"),
-                                          (WritesThroughAView, "in place through a view of it")])
+                                          (WritesThroughAView, "in place through a view or alias of it"),
+                                          (WritesThroughAConversion, "in place through a view or alias of it")])
 def test_updates_in_place_that_cannot_be_written_back_run_eagerly_with_a_warning(built, model, reason):
     """Module state updated in place, and an input written through a view: eager PyTorch runs the graph, says
     why, and leaves what eager leaves (never a result computed from a stale tensor)."""
