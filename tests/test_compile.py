@@ -37,3 +37,13 @@ def test_wrong_inputs_and_unknown_backends_are_clear_errors():
         compiled(np.ones((4, 7), np.float32))
     with pytest.raises(TilegraphError, match="unknown backend 'fortran'"):
         tilegraph.compile(graph, target="fortran")
+
+
+@pytest.mark.parametrize("target", ["reference", "cpp"])
+def test_a_tensor_with_a_zero_size_axis_is_refused_by_name(target):
+    """Loops of extent 0 are not modelled: a kernel domain read them as extent 1, and the C++ library wrote past
+    an empty output (heap corruption). Every target now refuses such a graph, naming the tensor."""
+    graph = parse("def f(x: f32[4, 8], w: f32[8, 0]) -> f32[4, 0] { return relu(x @ w) }")
+    with pytest.raises(TilegraphError, match=r"%w is empty \(f32\[8, 0\]\): tilegraph compiles tensors without "
+                                             r"zero-size axes only"):
+        tilegraph.compile(graph, target=target)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tilegraph.ir import Graph
+from tilegraph.ir import Graph, TilegraphError
 from tilegraph.ir.program import Program
 
 DEFAULT_TARGET = "accel-small"
@@ -64,4 +64,16 @@ def compile_program(source: Graph | Program, pipeline: str | None = None, target
 
     manager = PassManager(pipeline or default_pipeline(target), **manager_options)
     program = source if isinstance(source, Program) else Program.unfused(source)
+    _refuse_empty_tensors(program.graph)
     return manager.run(program), manager
+
+
+def _refuse_empty_tensors(graph: Graph) -> None:
+    """A TilegraphError naming the first tensor with a zero-size axis: loops of extent 0 are not modelled (a
+    kernel domain reads them as extent 1, and the C++ library then wrote past an empty output)."""
+    values = [*graph.inputs, *graph.params, *(v for node in graph.nodes for v in node.results)]
+    empty = next((v for v in values if v.type.numel == 0), None)
+    if empty is not None:
+        where = f" ({empty.producer.op})" if empty.producer is not None else ""
+        raise TilegraphError(f"@{graph.name}: %{empty.name}{where} is empty ({empty.type}): tilegraph compiles "
+                             "tensors without zero-size axes only")

@@ -143,6 +143,20 @@ def test_updates_in_place_that_cannot_be_written_back_run_eagerly_with_a_warning
     assert close(got, want) and close(x, x_eager)
 
 
+def test_an_empty_batch_runs_eagerly_and_leaves_other_batches_compiled(built):
+    """A batch of 0 rows: eager PyTorch computes the (empty) result, with no warning, and the batches after it
+    still run compiled (an empty tensor is refused by the compiler: `driver._refuse_empty_tensors`)."""
+    model = mlp()
+    compiled = torch.compile(model, backend="tilegraph")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", TilegraphFallbackWarning)
+        for rows in (0, 2, 0, 3):
+            x = torch.randn(rows, 8)
+            got, want = compiled(x), model(x)
+            assert got.shape == want.shape and (rows == 0 or close(got, want))
+    assert built and all(g.inputs[0].type.shape[0] > 0 for g, _ in built)
+
+
 class ReturnsItsInput(nn.Module):
     def forward(self, x):
         return x, torch.relu(x), x
