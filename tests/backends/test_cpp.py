@@ -420,10 +420,10 @@ def test_calls_with_converted_strided_or_wrong_inputs():
     compiled = fast_build(program, params)
     (a,) = reference.random_inputs(b.graph)
     want = expected(b.graph, program, params, [a])
-    for given in (a, np.asfortranarray(a), a.astype(np.float64), a.tolist()):
-        got = compiled(given)
+    for argument in (a, np.asfortranarray(a), a.astype(np.float64), a.tolist()):
+        got = compiled(argument)
         assert_close(got, want, [v.type for v in b.graph.outputs])
-        assert got[0] is not got[1] and got[2] is not given
+        assert got[0] is not got[1] and got[2] is not argument
     with pytest.raises(InputError):
         compiled(a[:, :4])
 
