@@ -14,8 +14,8 @@ every entry point raises `TorchNotInstalledError` (a TilegraphError) saying how 
 """
 from __future__ import annotations
 
-from .errors import (ConversionError, Offender, TilegraphFallbackWarning, TorchNotInstalledError,
-                     UnsupportedOpsError)
+from .errors import (ConversionError, Offender, TilegraphFallbackWarning, TilegraphRecompileWarning,
+                     TorchNotInstalledError, UnsupportedOpsError)
 
 try:
     import torch  # noqa: F401
@@ -37,4 +37,4 @@ else:
 
 __all__ = ["from_module", "from_graph_module", "from_exported_program", "import_module_file", "tilegraph_backend",
            "UnsupportedOpsError", "ConversionError", "Offender", "TorchNotInstalledError", "TilegraphFallbackWarning",
-           "HAVE_TORCH"]
+           "TilegraphRecompileWarning", "HAVE_TORCH"]

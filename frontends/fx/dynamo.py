@@ -30,9 +30,10 @@ from tilegraph.ir import DType, Graph, TilegraphError
 from tilegraph.ir.verifier import verify
 
 from .convert import Conversion, convert_graph_module
-from .errors import TilegraphFallbackWarning
+from .errors import TilegraphFallbackWarning, TilegraphRecompileWarning
 
 BACKEND_NAME = "tilegraph"
+SHAPES_BEFORE_WARNING = 8  # argument shapes one graph is compiled for before a TilegraphRecompileWarning says so
 TARGETS = ("auto", "cpp", "triton", "reference")
 
 
@@ -109,6 +110,7 @@ class TilegraphGraph:
         # (free_key, runner) of the last call, checked first: a model is mostly called with one set of shapes
         self._last: tuple[tuple | None, Runner] | None = None
         self._scalar_positions: list[int] = []
+        self._compile_seconds = 0.0  # spent compiling for each argument shape so far
         if all(_is_concrete(a) for a in example_inputs) and \
                 not any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in example_inputs):
             self._compile(list(example_inputs))  # report unsupported graphs at compile time
@@ -156,6 +158,12 @@ class TilegraphGraph:
             return self._fall_back(f"internal error {type(e).__name__}: {e} (please report it)")
         self._scalar_positions = conversion.scalar_positions
         self._cache[self._key(args)] = runner
+        self._compile_seconds += time.perf_counter() - start
+        if len(self._cache) == SHAPES_BEFORE_WARNING:
+            warnings.warn(f"tilegraph: graph {self.name} has been compiled for {len(self._cache)} argument shapes "
+                          f"({self._compile_seconds:.1f} s in all): shapes are static, so each new one compiles "
+                          "again; inputs padded to a few fixed sizes compile once each", TilegraphRecompileWarning,
+                          stacklevel=4)
         return runner
 
     def _fall_back(self, reason: str) -> None:

@@ -47,3 +47,7 @@ class TorchNotInstalledError(TilegraphError):
 
 class TilegraphFallbackWarning(UserWarning):
     """torch.compile(backend="tilegraph") runs a graph eagerly in PyTorch because it could not be converted."""
+
+
+class TilegraphRecompileWarning(UserWarning):
+    """torch.compile(backend="tilegraph") has compiled one graph for many argument shapes (shapes are static)."""

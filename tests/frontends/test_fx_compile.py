@@ -1,4 +1,5 @@
-"""torch.compile(model, backend="tilegraph"): Dynamo graphs converted and run on the reference backend."""
+"""torch.compile(model, backend="tilegraph"): Dynamo graphs converted and run on the C++ backend (the CPU default)."""
+import re
 import warnings
 
 import pytest
@@ -7,7 +8,7 @@ torch = pytest.importorskip("torch", reason="the PyTorch frontend needs the opti
 nn = torch.nn
 
 import tilegraph.frontends.fx  # noqa: E402,F401  (registers the backend)
-from tilegraph.frontends.fx import TilegraphFallbackWarning  # noqa: E402
+from tilegraph.frontends.fx import TilegraphFallbackWarning, TilegraphRecompileWarning  # noqa: E402
 from tilegraph.frontends.fx import dynamo as tilegraph_dynamo  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -169,6 +170,23 @@ def test_outputs_that_are_inputs_or_repeated_come_back_as_copies(built):
         same, relu, again = compiled(x)
     assert close(same, x) and close(relu, torch.relu(x)) and close(again, x)
     assert built
+
+
+def test_many_shapes_of_one_graph_are_pointed_out_once(built, monkeypatch):
+    """Shapes are static: each new one compiles again. At `SHAPES_BEFORE_WARNING` shapes a warning says so, once,
+    with the seconds spent; every call still gives eager's result."""
+    monkeypatch.setattr(tilegraph_dynamo, "SHAPES_BEFORE_WARNING", 3)
+    model = mlp()
+    compiled = torch.compile(model, backend="tilegraph", dynamic=True)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for rows in (2, 3, 4, 5, 2):
+            x = torch.randn(rows, 8)
+            assert close(compiled(x), model(x))
+    said = [str(w.message) for w in caught if issubclass(w.category, TilegraphRecompileWarning)]
+    assert len(said) == 1 and re.search(r"compiled for 3 argument shapes \(\d+\.\d s in all\): shapes are static",
+                                        said[0])
+    assert len(built) == 4
 
 
 def test_dynamic_shape_graphs_are_converted_per_call_shape(built):
