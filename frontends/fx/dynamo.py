@@ -33,6 +33,10 @@ from .convert import Conversion, convert_graph_module
 from .errors import TilegraphFallbackWarning, TilegraphRecompileWarning
 
 BACKEND_NAME = "tilegraph"
+# torch.compile's `mode` names, read as DynamoOptions (CUDA graphs are the default already)
+MODES: dict[str, dict[str, bool]] = {"default": {}, "reduce-overhead": {"cudagraphs": True},
+                                     "max-autotune": {"autotune": True},
+                                     "max-autotune-no-cudagraphs": {"autotune": True, "cudagraphs": False}}
 SHAPES_BEFORE_WARNING = 8  # argument shapes one graph is compiled for before a TilegraphRecompileWarning says so
 TARGETS = ("auto", "cpp", "triton", "reference")
 
@@ -59,9 +63,13 @@ class DynamoOptions:
     program_cache: bool = True
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any] | None) -> DynamoOptions:
-        """The options as given to torch.compile; a TilegraphError names the valid ones."""
-        options = dict(options or {})
+    def parse(cls, options: Mapping[str, Any] | None, mode: str | None = None) -> DynamoOptions:
+        """The options (or Inductor's `mode` names, `MODES`) as given to torch.compile; a TilegraphError names
+        the valid ones."""
+        if mode is not None and mode not in MODES:
+            raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): mode {mode!r} is not one of "
+                                 f"{', '.join(map(repr, MODES))}")
+        options = {**MODES.get(mode, {}), **dict(options or {})}
         valid = {f.name: f.type for f in fields(cls)}
         unknown = sorted(set(options) - set(valid))
         if unknown:
@@ -287,12 +295,12 @@ class TritonRunner(Runner):
 
 
 def tilegraph_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
-                      options: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-    """The Dynamo compiler function registered as `backend="tilegraph"` (`options`: see DynamoOptions).
-    Graphs that need gradients go through AOTAutograd (`training.py`)."""
+                      options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable[..., Any]:
+    """The Dynamo compiler function registered as `backend="tilegraph"` (`options`: see DynamoOptions; `mode`:
+    Inductor's names, `MODES`). Graphs that need gradients go through AOTAutograd (`training.py`)."""
     from .training import compile_with_autograd, needs_autograd
 
-    parsed = DynamoOptions.parse(options)
+    parsed = DynamoOptions.parse(options, mode)
     if needs_autograd(gm, example_inputs):
         return compile_with_autograd(gm, example_inputs, parsed)
     return TilegraphGraph(gm, example_inputs, parsed)

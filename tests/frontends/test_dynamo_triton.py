@@ -275,6 +275,27 @@ def test_invalid_options_raise_an_error_naming_the_valid_ones(options, message):
     assert isinstance(getattr(raised.value, "inner_exception", raised.value), TilegraphError)
 
 
+@pytest.mark.parametrize("mode, expected", [
+    ("default", dynamo.DynamoOptions()),
+    ("reduce-overhead", dynamo.DynamoOptions(cudagraphs=True)),
+    ("max-autotune", dynamo.DynamoOptions(autotune=True)),
+    ("max-autotune-no-cudagraphs", dynamo.DynamoOptions(autotune=True, cudagraphs=False)),
+])
+def test_inductors_mode_names_are_read_as_options(mode, expected, graphs):
+    """`torch.compile(..., mode=...)` as a user of Inductor writes it: its names map to DynamoOptions; the model
+    runs (it raised a TypeError from the backend before)."""
+    assert dynamo.DynamoOptions.parse(None, mode) == expected
+    model, x = mlp(), torch.randn(3, 8)
+    with torch.no_grad():
+        assert_matches(run(torch.compile(model, backend="tilegraph", mode=mode), x), model(x))
+
+
+def test_an_unknown_mode_is_named_with_the_valid_ones():
+    with pytest.raises(TilegraphError, match=r"mode 'fast' is not one of 'default', 'reduce-overhead', "
+                                             r"'max-autotune', 'max-autotune-no-cudagraphs'"):
+        dynamo.DynamoOptions.parse(None, "fast")
+
+
 @pytest.mark.parametrize("target", ["cpp", "triton"])
 def test_in_place_weight_updates_are_seen_by_the_next_call(target, graphs):
     model, x = mlp(), torch.randn(3, 8)
