@@ -70,10 +70,12 @@ def build(program: Program, params: Mapping, *, cxx: str | None = None,
 
 def _bytes_or_zero(limit: int | str) -> int:
     """A byte limit as given (an int, "512MiB", "0"); a TilegraphError names what cannot be read."""
-    if isinstance(limit, int) or str(limit).strip() in ("0", "0B", "0b"):
-        return max(0, int(limit))
+    if isinstance(limit, int):
+        return max(0, limit)
+    if limit.strip().lower() in ("0", "0b"):
+        return 0
     try:
-        return parse_bytes(str(limit))
+        return parse_bytes(limit)
     except ValueError as e:
         raise TilegraphError(f"cpp backend: packed_weight_limit ({PACKED_WEIGHTS_VARIABLE}): {e}, or 0 for no "
                              "copies") from None

@@ -327,7 +327,7 @@ def test_a_matmul_weight_is_read_from_panels_one_vector_wide(m, k, n, tiles, pac
     assert_close(compiled(*inputs), expected(b.graph, program, params, inputs), [b.graph.outputs[0].type])
 
 
-@pytest.mark.parametrize("limit,packed", [(None, ["w1", "w2"]), (64 * 48 * 4, ["w1"]), ("0", []),
+@pytest.mark.parametrize("limit,packed", [(None, ["w1", "w2"]), (64 * 48 * 4, ["w1"]), ("0", []), ("0B", []),
                                           ("8KiB", ["w1"])])
 def test_packed_weight_copies_stay_within_their_limit(limit, packed, monkeypatch):
     """Load-time panels copy a matmul's weight beside the caller's: kernels past `packed_weight_limit` (or
