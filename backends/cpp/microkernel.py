@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tilegraph.backends.reference.tiled import split_update
 from tilegraph.ir.graph import Value
 from tilegraph.ir.structured import Acc, AffineMap, Arg, Call, Const
 from tilegraph.ir.types import DType
@@ -51,10 +52,6 @@ def _sum_of_products(expr) -> bool:
     if isinstance(expr, Call):
         return expr.fn in ("add", "sub", "mul") and all(_sum_of_products(a) for a in expr.args)
     return isinstance(expr, (Arg, Acc, Const))
-
-
-def _reads_acc(expr) -> bool:
-    return isinstance(expr, Acc) or (isinstance(expr, Call) and any(_reads_acc(a) for a in expr.args))
 
 
 # Per-lane start of a reduction split across lanes (`RegisterBlocks._lane_loop`): the identity of its combine.
@@ -340,10 +337,8 @@ class RegisterBlocks(FlatRows):
         if not width or not inner or len(node.results) != 1 or node.results[0].type.dtype is not DType.f32 \
                 or any(x.type.dtype is not DType.f32 for x in node.inputs):
             return None
-        body, k = space.body[0], inner[-1]
-        if not (isinstance(body, Call) and body.fn in _LANE_IDENTITY and len(body.args) == 2
-                and sorted(isinstance(a, Acc) for a in body.args) == [False, True]
-                and not any(_reads_acc(a) for a in body.args if not isinstance(a, Acc))):
+        update, k = split_update(space.body[0]), inner[-1]  # `acc <op> x`, x free of acc
+        if update is None or update[0] not in _LANE_IDENTITY:
             return None
         steps = []
         for value, amap in zip(node.inputs, space.inputs):
