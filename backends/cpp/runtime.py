@@ -176,7 +176,7 @@ class NativeProgram(CompiledProgram):
         lines = [f"  arena: {arena.size} bytes, offsets from {arena.source}{far}",
                  f"  scratch: {self.generated.scratch} bytes per thread, {self.threads} threads",
                  f"  packed weights: {len(packs)} load-time copies, {format_bytes(sum(p.nbytes for p in packs))} "
-                 f"beside the weights (limit {format_bytes(self.generated.packed_weight_limit or 0)})",
+                 f"beside the weights (limit {format_bytes(self.generated.packed_weight_limit)})",
                  f"  kernels: {len(self.generated.order)} functions, source {len(self.source.splitlines())} lines"]
         for key in ("compiler", "flags", "units", "library", "cached", "reason"):
             if key in self.build_info:

@@ -51,7 +51,7 @@ class Generated:
     units: tuple[str, ...] = ()  # the same code as translation units that compile apart (none: one unit)
     trace: bool = False  # a debug build that logs what the entry point does
     traced: tuple[Value, ...] = ()  # with `trace`: the tensors the log's ids name
-    packed_weight_limit: int | None = None  # what `folding.packs` was held to (`MicroKernel.packed_weight_limit`)
+    packed_weight_limit: int = MicroKernel.packed_weight_limit  # what `folding.packs` was held to
 
 
 def execution_order(program: Program) -> tuple[Kernel, ...]:
