@@ -119,8 +119,7 @@ class TilegraphGraph:
         self._last: tuple[tuple | None, Runner] | None = None
         self._scalar_positions: list[int] = []
         self._compile_seconds = 0.0  # spent compiling for each argument shape so far
-        if all(_is_concrete(a) for a in example_inputs) and \
-                not any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in example_inputs):
+        if all(_is_concrete(a) for a in example_inputs) and not _has_empty(example_inputs):
             self._compile(list(example_inputs))  # report unsupported graphs at compile time
 
     def __call__(self, *args: Any) -> Any:
@@ -130,7 +129,7 @@ class TilegraphGraph:
         if last is not None and last[1].free_key(args) == last[0] and last[1].current(args):
             return last[1](args)
         runner = self._cache.get(self._key(args))
-        if runner is None and any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args):
+        if runner is None and _has_empty(args):
             return self.gm(*args)  # an empty batch: nothing to compile for (`driver._refuse_empty_tensors`)
         if runner is None or not runner.current(args):
             runner = self._compile(list(args))  # new shapes, or weights updated since conversion
@@ -374,6 +373,11 @@ def _own_tensors(program, conversion: Conversion, device: torch.device) -> dict:
     return own
 
 
+def _has_empty(args: Sequence[Any]) -> bool:
+    """Whether a tensor among `args` has a zero-size axis (which tilegraph does not compile)."""
+    return any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args)
+
+
 def _children(spec: pytree.TreeSpec) -> list[pytree.TreeSpec]:
     """A pytree spec's child specs: `children()` where torch has it (`children_specs` warns of deprecation in 2.13)."""
     children = getattr(spec, "children", None)
@@ -394,8 +398,6 @@ def _addressed_outputs(program, conversion: Conversion, inputs: Sequence[Any]) -
     dtypes = [t.dtype for t in inputs] + list(conversion.output_dtypes)
     if len(values) != len(dtypes) or any(v.type.dtype is DType.bf16 or torch_dtype(v.type.dtype) != dtype
                                          for v, dtype in zip(values, dtypes)):
-        return None
-    if any(v.type.numel == 0 for v in values):  # an empty tensor's address may be null: arrays take those
         return None
     return [(v.type.shape, torch_dtype(v.type.dtype)) for v in graph.outputs]
 
