@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from timing import interleaved  # noqa: E402
 from triton_gpu import ieee_f32, short_error  # noqa: E402  (TF32 off for a yardstick; a failed row's note)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dynamo_gpu.md"
@@ -130,15 +131,10 @@ def bench(torch, fn, device: str) -> float:
     fn()
     start = time.perf_counter()
     fn()
-    calls = max(1, min(1000, int(1e-3 / max(time.perf_counter() - start, 1e-7))))
-    times = []
-    budget = time.perf_counter() + (0.05 if DRY_RUN else 3.0)
-    while len(times) < 3 or (time.perf_counter() < budget and len(times) < 50):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    return sorted(times)[len(times) // 2] * 1e3
+    once = max(time.perf_counter() - start, 1e-7)
+    calls = max(1, min(1000, int(1e-3 / once)))
+    samples = max(3, min(50, int((0.05 if DRY_RUN else 3.0) / (calls * once))))  # within the time budget
+    return interleaved({"call": fn}, samples, calls)["call"] * 1e3
 
 
 def synchronize(torch, device: str) -> None:
