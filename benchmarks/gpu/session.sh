@@ -4,16 +4,12 @@
 #   bash benchmarks/gpu/session.sh [next|rest|convs|triton|dynamo|all] [dynamo-budget-s] [triton-budget-s]
 # Run on the device machine from the repository root; .whl/ holds the wheels the image lacks
 # (lark, ortools and its pins; see the device tool's README). Results and logs go to $OUT.
-# A session has 15 device minutes and 10 a call, the machine's start included. On 2026-11-27 (second session)
-# one H200 ran `rest 0 130` (the Triton GPU tests, the batch-1 rows of the small models and the convolutional
-# rows in bf16; 400 s), then, warm, three `triton_gpu.py --quick` runs of the other batch-32 rows: 14 of the 15
-# minutes (results/triton_gpu.md). Next, `next 0 130` (under 9 minutes): the GPU tests (a persistent conv, the
-# timed choice between a CUDA graph's replay and plain launches, and a gated product's fused epilogue are new),
-# the batch-1 rows of the larger models, which have never run (`--batch 1` now runs them in a quick plan), and
-# the rows the replay choice should move (the ResNet-18 block in f32, the Llama block) with ViT f32, which did
-# not fit, the ResNet-18 block in bf16 (its input now copied channels-last), and last the host's CPU threads
-# (`cpu_threads.py`). Then, on the warm machine, what is left:
-# `triton 0 150` (the single kernels and launch overhead).
+# A session has 15 device minutes and 10 a call, the machine's start included. On 2026-11-27 (fourth session)
+# one H100 ran `next 0 130` (the GPU tests, the batch-1 bf16 rows of the larger models, the replay-choice rows,
+# the ResNet-18 block in bf16, the host's CPU threads; 377 s), then, warm, the batch-1 f32 rows of the larger
+# models (`--quick --budget 240`, 157 s) and one profile (results/triton_gpu.md): every whole-model row has now
+# run. Next: `dynamo 150` (the torch.compile GPU tests and rows, which have not run since the direct-address
+# runner, then the per-kernel profile), and on the warm machine `triton 0 150` (single kernels, launch overhead).
 set -uo pipefail
 WHAT=${1:-next}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
