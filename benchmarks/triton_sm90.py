@@ -9,8 +9,8 @@ Per model (`torch_models.WHOLE_MODELS`, transformers with 2 of their layers at f
 `triton_gpu.py --quick` runs them) at batch 32 and 1, in f32 and bf16, at the Program's own tiles and the
 untuned launch configuration (`autotune.default_config`: 4 warps, 8 for a dot's 128 x 128 accumulator and
 up; 3 pipeline stages for dot kernels whose blocks fit, else 2), f32 products in TF32 (as
-`triton_gpu.py` allows on both sides) and, at batch 1, also in IEEE f32 (`f32 ieee`: torch's default for
-matmuls, as `dynamo_gpu.py` runs; such dots run on FMA units): how many distinct kernels, how
+`triton_gpu.py` allows on both sides) and also in IEEE f32 (`f32 ieee`: torch's default for matmuls, as
+`dynamo_gpu.py` runs; such dots run on FMA units): how many distinct kernels, how
 many run `tl.dot` and on which tensor-core instructions (`wgmma`, Hopper's; `mma.sync`; none), how
 many stage loads with `cp.async` (what the software pipeliner overlaps with the math), how many loads move
 single elements, registers, spills and shared memory. No times: this is the static half of issue 20, the GPU
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RESULTS = Path(__file__).resolve().parent / "results" / "triton_sm90.md"
 LAYERS = 2
-PLAN = ((32, "f32"), (32, "bf16"), (1, "f32"), (1, "f32 ieee"))  # f32 ieee: TF32 off
+PLAN = ((32, "f32"), (32, "bf16"), (32, "f32 ieee"), (1, "f32"), (1, "f32 ieee"))  # f32 ieee: TF32 off
 
 
 def row(name: str, batch: int, dtype: str, channels_last: bool = True) -> str:
@@ -55,7 +55,8 @@ def row(name: str, batch: int, dtype: str, channels_last: bool = True) -> str:
     dots = [records[source.function] for source in first.values() if source.uses_dot]
     cores = {kind: sum(r.tensor_cores == kind for r in dots) for kind in ("wgmma", "mma", "none")}
     kept = [records[f] for f in distinct]
-    spills = sum(1 for r in kept if r.spills)
+    spilled = [r.spills for r in kept if r.spills]
+    spills = f"{len(spilled)} ({max(spilled)} B)" if spilled else "0"
     registers = max((r.registers or 0) for r in kept)
     shared = max(r.shared_bytes for r in kept) / 1024
     launches = len(fn.generated.kernels)
@@ -120,7 +121,7 @@ cuDNN call (`backends/triton/library.py`, `library_conv.py`); then the dot kerne
 `cp.async`: dot kernels whose loads are staged (pipelined), `16 B`: of them, those copying some operand in whole
 16-byte vectors; `narrow`: load instructions in the dot kernels' PTX that move one element where a vector would do
 (cp.async under 16 B, 1-2 byte ld.global; a static count: a gather along a strided axis shows here); `spills`:
-kernels spilling registers; `regs`, `shared KiB`: the largest of any kernel; `build s`: seconds of
+kernels with a stack frame (spilled registers: `cuobjdump`'s STACK), and the largest frame; `regs`, `shared KiB`: the largest of any kernel; `build s`: seconds of
 `tilegraph.compile` (passes, parameters in the model's dtype, code generation); `s`: seconds to compile the
 kernels for sm_90 here (on {compile_threads()} threads, `launch.compile_threads`).
 

@@ -21,6 +21,9 @@ MIN_DOT = 16  # tl.dot needs every dimension >= 16 on the GPU
 # K block, so a 64x64 block over K = 128 took 255 registers on sm_90 (3 ms for ViT's MLP on an H100);
 # Inductor's f32 matmul configurations take 32 too
 FMA_K = 32
+# accumulators over this many elements walk FMA_K // 2 lanes of K on FMA units: a 128 x 256 block over 32 lanes
+# spilled 472 B a thread on sm_90 at 8 warps, over 16 none (207 registers)
+FMA_WIDE = 128 * 128
 GROUP_M = 8  # row tiles per launch group in tiled matmuls (L2 reuse)
 
 
@@ -108,6 +111,11 @@ class DotMixin:
         for matmuls). Such a dot wants a short K block (`FMA_K`) and its B N-major (`packing.py`)."""
         node = self.domain.nodes[i]
         return node.inputs[plan.args[0]].type.dtype.name == "f32" and self.options.precision(node.op) == "ieee"
+
+    def fma_k(self, plan: DotPlan) -> int:
+        """K lanes a step of this dot on FMA units (`FMA_K`; half for accumulators over `FMA_WIDE`)."""
+        accumulator = self.numel(plan.bs) * self.numel(plan.ms) * self.numel(plan.ns)
+        return FMA_K if accumulator <= FMA_WIDE else FMA_K // 2
 
     def static_loops(self, i: int, j: int) -> frozenset[int]:
         """The kernel loops operand j of node i spans, before any code is emitted."""

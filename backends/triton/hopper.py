@@ -3,8 +3,8 @@
 `compile_kernels` runs every kernel of a generated module through `triton.compile` for a target such
 as `GPUTarget("cuda", 90, 32)` (Hopper), which lowers it to PTX and a cubin with the bundled ptxas:
 proof that the kernels are valid GPU code, not only interpretable. Resource use (shared memory from
-Triton's metadata; registers and spills from `cuobjdump --dump-resource-usage` when it is bundled)
-and what the PTX runs on (Hopper's `wgmma`, the older `mma.sync`, or neither; `cp.async` loads,
+Triton's metadata; registers and spilled bytes, the stack frame, from `cuobjdump --dump-resource-usage` when
+it is bundled) and what the PTX runs on (Hopper's `wgmma`, the older `mma.sync`, or neither; `cp.async` loads,
 which the software pipeliner stages) go into the returned records. `paper_gpu` goes one step further:
 Triton's own JIT, as the launcher drives it, specialises and compiles for a GPU that is not there.
 """
@@ -93,9 +93,13 @@ def _resources(cubin: bytes) -> tuple[int | None, int | None]:
                                  timeout=60).stdout
         except (OSError, subprocess.SubprocessError):
             return None, None
+    # spills go to the thread's stack frame (STACK); LOCAL counts only arrays the PTX declares, which Triton's
+    # kernels do not. Reading LOCAL alone reported 0 B for an attention kernel with a 12 KB frame (32 registers)
     regs = re.search(r"REG:(\d+)", out)
-    spill = re.search(r"(\d+) bytes spill stores", out) or re.search(r"LOCAL:(\d+)", out)
-    return (int(regs.group(1)) if regs else None), (int(spill.group(1)) if spill else None)
+    stack = re.search(r"STACK:(\d+)", out)
+    local = re.search(r"LOCAL:(\d+)", out)
+    spills = None if stack is None and local is None else sum(int(m.group(1)) for m in (stack, local) if m)
+    return (int(regs.group(1)) if regs else None), spills
 
 
 class _PaperDriver:

@@ -32,7 +32,7 @@ from tilegraph.ir.structured import PARALLEL, REDUCTION, AffineExpr, AffineMap, 
 from tilegraph.ir.templates import lowering_for
 
 from .attention import AttentionMixin
-from .dot import FMA_K, MIN_DOT, DotMixin, DotPlan, row_major, split_update
+from .dot import MIN_DOT, DotMixin, DotPlan, row_major, split_update
 from .names import NameTable, identifier, py_reserved
 from .options import TritonOptions
 from .scalar import Expr, ScalarTranslator, cast, compute_type, literal, tl_type
@@ -142,6 +142,8 @@ class KernelEmitter(DotMixin, AttentionMixin):
         self.R = len(self.loops)
         if kernel.template is None:
             self.walk_reductions_in_chunks()
+        elif kernel.kind in TEMPLATE_STEPS:
+            TEMPLATE_STEPS[kernel.kind](self)
         self.lines: list[str] = []
         self.depth = 1
         self.env: dict[Value, Expr] = {}  # values computed in this program
@@ -165,7 +167,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
     def walk_reductions_in_chunks(self) -> None:
         """Halve the widest reduction block of each reduction node (a carried `for` loop then walks the tile)
         until the node fits REGISTER_BLOCK, or if it is a tl.dot, DOT_STAGE_BYTES and at most TENSOR_K lanes
-        of K (FMA_K on FMA units), keeping MIN_DOT; a dot over one K loop then takes the widest step that pads
+        of K (`fma_k` on FMA units), keeping MIN_DOT; a dot over one K loop then takes the widest step that pads
         K by at most K_PADDING (MobileNetV2's K = 144 channels: 5 steps of 32, not 256 lanes). Which outputs
         a program computes is unchanged: parallel tiles are the tiling pass's."""
         whole, numel = kept_whole(self.domain), self.numel
@@ -177,7 +179,7 @@ class KernelEmitter(DotMixin, AttentionMixin):
                 if plan is not None:
                     itemsize = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize
                     k_lanes = numel(plan.ks)
-                    fits = k_lanes <= MIN_DOT or k_lanes <= (FMA_K if self.on_fma(i, plan) else TENSOR_K) and \
+                    fits = k_lanes <= MIN_DOT or k_lanes <= (self.fma_k(plan) if self.on_fma(i, plan) else TENSOR_K) and \
                         (numel(plan.ms) + numel(plan.ns)) * numel(plan.bs) * k_lanes * itemsize <= DOT_STAGE_BYTES
                     chunkable = plan.ks
                 else:
@@ -588,3 +590,5 @@ __all__ = ["emit_kernel", "KernelSource", "LoopPlan", "plan_loops", "next_pow2",
 
 
 TEMPLATE_EMITTERS = {"attention": KernelEmitter.attention}  # kernel template -> its Triton code generator
+# kernel template -> how it walks its reduction loops, where not as tiled (before any code or dot_shape reads them)
+TEMPLATE_STEPS = {"attention": KernelEmitter.walk_keys_for_fma}
