@@ -9,7 +9,8 @@
 # the ResNet-18 block in bf16, the host's CPU threads; 377 s), then, warm, the batch-1 f32 rows of the larger
 # models (`--quick --budget 240`, 157 s) and one profile (results/triton_gpu.md): every whole-model row has now
 # run. Next: `dynamo 150` (the torch.compile GPU tests and rows, which have not run since the direct-address
-# runner, then the per-kernel profile), and on the warm machine `triton 0 150` (single kernels, launch overhead).
+# runner, then the per-kernel profiles, HF Llama's IEEE attention among them), and on the warm machine
+# `triton 0 150` (single kernels, launch overhead).
 set -uo pipefail
 WHAT=${1:-next}; DYNAMO_BUDGET=${2:-150}; TRITON_BUDGET=${3:-120}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -33,7 +34,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }  # (not in $OUT: a call returns 8 files)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 stamp "set up"
@@ -52,6 +53,9 @@ if [ "$WHAT" = all ] || [ "$WHAT" = dynamo ]; then
   # where the f32 transformers' time goes, per kernel (the FMA-dot regression of the 2026-11-26 H100 run)
   timeout 90 python3 benchmarks/gpu/profile_kernels.py bert_base vit_base --layers 2 >"$OUT/profile_kernels.log" 2>&1
   grep -E "^##|total CUDA|^ +[0-9]" "$OUT/profile_kernels.log" | head -16
+  # HF Llama's IEEE f32 attention at batch 32: 3.07 of 5.56 ms before its keys were walked 32 a step (db06a94)
+  timeout 90 python3 benchmarks/gpu/profile_kernels.py llama_4layer --layers 1 --batch 32 >"$OUT/profile_llama.log" 2>&1
+  grep -E "^##|total CUDA|^ +[0-9]" "$OUT/profile_llama.log" | head -8
   stamp "profile_kernels.py"
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = triton ]; then
