@@ -136,6 +136,8 @@ def test_attention_on_fma_units_walks_keys_in_short_tiles(length, tmp_path, monk
     assert key_lanes(check(graph, tf32=True)) > FMA_K
     if length == 128:
         (record,) = ieee.compile_ahead(90)
+        if record.spills is None:
+            pytest.skip("this Triton bundles no cuobjdump: the sm_90 build's stack frame is unknown")
         assert record.spills == 0, record
 
 
