@@ -37,7 +37,6 @@ BACKEND_NAME = "tilegraph"
 MODES: dict[str, dict[str, bool]] = {"default": {}, "reduce-overhead": {"cudagraphs": True},
                                      "max-autotune": {"autotune": True},
                                      "max-autotune-no-cudagraphs": {"autotune": True, "cudagraphs": False}}
-SHAPES_BEFORE_WARNING = 8  # argument shapes one graph is compiled for before a TilegraphRecompileWarning says so
 TARGETS = ("auto", "cpp", "triton", "reference")
 
 
@@ -55,12 +54,17 @@ class DynamoOptions:
     program_cache: reuse the scheduled Program of a graph compiled before (same graph, weights and
         tilegraph code), from disk: a recompile skips the passes (`tilegraph.program_cache`; the
         environment variable TILEGRAPH_PROGRAM_CACHE=0 turns it off too).
+    max_shapes: argument shapes one graph is compiled for (shapes are static: each new one compiles
+        again); calls with further new shapes run eagerly in PyTorch, said once by a TilegraphRecompileWarning,
+        as Dynamo's own recompile limit (8) does. A decode loop over a growing KV cache would otherwise
+        compile at every token. 0: no limit.
     """
 
     target: str = "auto"
     cudagraphs: bool = True
     autotune: bool = False
     program_cache: bool = True
+    max_shapes: int = 8
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None, mode: str | None = None) -> DynamoOptions:
@@ -82,6 +86,10 @@ class DynamoOptions:
             if not isinstance(options.get(flag, True), bool):
                 raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): {flag} must be True or False, "
                                      f"not {options[flag]!r}")
+        shapes = options.get("max_shapes", 0)
+        if isinstance(shapes, bool) or not isinstance(shapes, int) or shapes < 0:
+            raise TilegraphError(f"torch.compile(backend={BACKEND_NAME!r}): max_shapes must be a whole number >= 0 "
+                                 f"(0: no limit), not {shapes!r}")
         return cls(**options)
 
     def target_for(self, args: Sequence[Any]) -> str:
@@ -119,6 +127,7 @@ class TilegraphGraph:
         self._last: tuple[tuple | None, Runner] | None = None
         self._scalar_positions: list[int] = []
         self._compile_seconds = 0.0  # spent compiling for each argument shape so far
+        self._limit_said = False  # the TilegraphRecompileWarning of `_at_shape_limit`
         if all(_is_concrete(a) for a in example_inputs) and not _has_empty(example_inputs):
             self._compile(list(example_inputs))  # report unsupported graphs at compile time
 
@@ -131,6 +140,8 @@ class TilegraphGraph:
         runner = self._cache.get(self._key(args))
         if runner is None and _has_empty(args):
             return self.gm(*args)  # an empty batch: nothing to compile for (`driver._refuse_empty_tensors`)
+        if runner is None and self._at_shape_limit():
+            return self.gm(*args)
         if runner is None or not runner.current(args):
             runner = self._compile(list(args))  # new shapes, or weights updated since conversion
             if runner is None:
@@ -166,12 +177,21 @@ class TilegraphGraph:
         self._scalar_positions = conversion.scalar_positions
         self._cache[self._key(args)] = runner
         self._compile_seconds += time.perf_counter() - start
-        if len(self._cache) == SHAPES_BEFORE_WARNING:
-            warnings.warn(f"tilegraph: graph {self.name} has been compiled for {len(self._cache)} argument shapes "
-                          f"({self._compile_seconds:.1f} s in all): shapes are static, so each new one compiles "
-                          "again; inputs padded to a few fixed sizes compile once each", TilegraphRecompileWarning,
-                          stacklevel=4)
         return runner
+
+    def _at_shape_limit(self) -> bool:
+        """Whether a call with new argument shapes runs eagerly: `max_shapes` compiled already (said once)."""
+        limit = self.options.max_shapes
+        if not limit or len(self._cache) < limit:
+            return False
+        if not self._limit_said:
+            self._limit_said = True
+            warnings.warn(f"tilegraph: graph {self.name} has been compiled for {len(self._cache)} argument shapes "
+                          f"({self._compile_seconds:.1f} s in all): shapes are static, so each new one would compile "
+                          "again; calls with other shapes now run eagerly in PyTorch (options={'max_shapes': N} "
+                          "raises the limit, 0 for none; inputs padded to a few fixed sizes compile once each)",
+                          TilegraphRecompileWarning, stacklevel=4)
+        return True
 
     def _fall_back(self, reason: str) -> None:
         self.eager = True

@@ -50,4 +50,5 @@ class TilegraphFallbackWarning(UserWarning):
 
 
 class TilegraphRecompileWarning(UserWarning):
-    """torch.compile(backend="tilegraph") has compiled one graph for many argument shapes (shapes are static)."""
+    """torch.compile(backend="tilegraph") has compiled one graph for its `max_shapes` argument shapes (shapes are
+    static); calls with further new shapes run eagerly."""

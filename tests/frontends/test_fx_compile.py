@@ -10,6 +10,8 @@ nn = torch.nn
 import tilegraph.frontends.fx  # noqa: E402,F401  (registers the backend)
 from tilegraph.frontends.fx import TilegraphFallbackWarning, TilegraphRecompileWarning  # noqa: E402
 from tilegraph.frontends.fx import dynamo as tilegraph_dynamo  # noqa: E402
+from tilegraph.frontends.fx.dynamo import DynamoOptions  # noqa: E402
+from tilegraph.ir import TilegraphError  # noqa: E402
 
 TOLERANCE = 1e-4
 
@@ -172,21 +174,35 @@ def test_outputs_that_are_inputs_or_repeated_come_back_as_copies(built):
     assert built
 
 
-def test_many_shapes_of_one_graph_are_pointed_out_once(built, monkeypatch):
-    """Shapes are static: each new one compiles again. At `SHAPES_BEFORE_WARNING` shapes a warning says so, once,
-    with the seconds spent; every call still gives eager's result."""
-    monkeypatch.setattr(tilegraph_dynamo, "SHAPES_BEFORE_WARNING", 3)
+def test_shapes_past_the_limit_run_eagerly_and_say_so_once(built):
+    """Shapes are static: each new one compiles again, up to `max_shapes` per graph (a decode loop over a growing
+    KV cache would compile at every token). Past it, new shapes run eagerly, said once with the seconds spent;
+    shapes compiled already stay compiled, and every call gives eager's result."""
     model = mlp()
-    compiled = torch.compile(model, backend="tilegraph", dynamic=True)
+    compiled = torch.compile(model, backend="tilegraph", dynamic=True, options={"max_shapes": 3})
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
-        for rows in (2, 3, 4, 5, 2):
+        for rows in (2, 3, 4, 5, 6, 2):
             x = torch.randn(rows, 8)
             assert close(compiled(x), model(x))
     said = [str(w.message) for w in caught if issubclass(w.category, TilegraphRecompileWarning)]
-    assert len(said) == 1 and re.search(r"compiled for 3 argument shapes \(\d+\.\d s in all\): shapes are static",
-                                        said[0])
-    assert len(built) == 4
+    assert len(said) == 1 and re.search(r"compiled for 3 argument shapes \(\d+\.\d s in all\): shapes are static.*"
+                                        r"now run eagerly in PyTorch \(options=\{'max_shapes': N\}", said[0])
+    assert [g.inputs[0].type.shape[0] for g, _ in built] == [2, 3, 4], "5 and 6 eager, 2 compiled already"
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "8"])
+def test_max_shapes_must_be_a_whole_number(bad):
+    with pytest.raises(TilegraphError, match=r"max_shapes must be a whole number >= 0 \(0: no limit\), not"):
+        DynamoOptions.parse({"max_shapes": bad})
+
+
+def test_max_shapes_zero_compiles_every_shape(built):
+    compiled = torch.compile(mlp(), backend="tilegraph", dynamic=True, options={"max_shapes": 0})
+    with torch.no_grad():
+        for rows in range(2, 12):
+            compiled(torch.randn(rows, 8))
+    assert len(built) == 10
 
 
 def test_dynamic_shape_graphs_are_converted_per_call_shape(built):
