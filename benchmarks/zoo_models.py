@@ -237,6 +237,10 @@ MODELS: list[ZooModel] = [
     ZooModel("XLM-RoBERTa", "encoder", _text("XLMRobertaModel", ("XLMRobertaConfig", _with(ENCODER,
                                                                                           pad_token_id=1)))),
     ZooModel("MPNet", "encoder", _text("MPNetModel", ("MPNetConfig", _with(ENCODER, pad_token_id=1)))),
+    ZooModel("XLNet", "encoder", _text("XLNetModel", ("XLNetConfig", dict(  # attention written as einsum
+        vocab_size=VOCAB, d_model=64, n_layer=2, n_head=4, d_inner=128, pad_token_id=0)))),
+    ZooModel("Funnel", "encoder", _text("FunnelModel", ("FunnelConfig", dict(  # einsum, pooled blocks
+        vocab_size=VOCAB, d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1], pad_token_id=0)))),
     ZooModel("T5 encoder", "encoder-decoder", _t5_encoder, fast=True),
     ZooModel("BART encoder", "encoder-decoder", _bart_encoder),
     # vision

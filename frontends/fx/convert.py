@@ -35,7 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from tilegraph.ir import Graph, GraphBuilder, ShapeError, SourceLocation, TilegraphError, Value
 from tilegraph.ir.verifier import verify
 
-from . import ops_autocast, ops_grad, ops_index, ops_nn, ops_tensor  # noqa: F401  (registration)
+from . import ops_autocast, ops_einsum, ops_grad, ops_index, ops_nn, ops_tensor  # noqa: F401  (registration)
 from .context import ConvertContext, Missing, Unsupported, tensor_type, to_numpy, torch_dtype
 from .errors import ConversionError, Offender, UnsupportedOpsError
 from .registry import METHODS, describe_target, function_converter, module_converter, register_inplace_aten_variants
@@ -298,6 +298,8 @@ class FxConverter:
         parameter; None where it has no such converter or the converter declines (then it is folded)."""
         converter = self._converter(node, module)
         if converter not in ops_tensor.SOURCES or not isinstance(result, torch.Tensor):
+            return None
+        if any(n not in self.env for n in node.all_input_nodes):  # one not converted (reported): fold
             return None
         args = fx.node.map_arg(node.args, lambda n: self._lift(self.env[n]))
         kwargs = fx.node.map_arg(node.kwargs, lambda n: self._lift(self.env[n]))

@@ -245,6 +245,16 @@ def test_boolean_mask_computed_at_run_time_is_reported():
         from_module(module(lambda s, x: x[x > 0], 1), (torch.randn(4),))
 
 
+@pytest.mark.parametrize("capture", ["trace", "export"])  # (Dynamo wraps what its backend raises)
+def test_a_tensor_shaped_like_an_unconverted_one_is_reported_not_an_internal_error(capture):
+    """zeros_like(h) needs only h's shape: where h itself has no converter (histc), the report names histc; it
+    was a KeyError from the converter (Mixtral's router, Mamba's cache and Funnel's pooling under Dynamo)."""
+    fn = module(lambda s, x: (torch.zeros_like(torch.histc(x, bins=4)) + 1, x * 2), 1)
+    with pytest.raises(UnsupportedOpsError, match="histc") as caught:
+        convert(fn, (torch.randn(8),), capture)
+    assert "KeyError" not in str(caught.value)
+
+
 # ----- writes: index_put and item assignment --------------------------------------------------------------
 def assign(index_fn, value_fn):
     def fn(s, x, i):
