@@ -28,10 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-# Idle OpenMP threads sleep: torch and tilegraph share torch's libgomp here, which reads this when torch
-# is imported. On a shared machine spinning workers make every parallel region wait for a descheduled
-# thread; the policy applies to both systems alike. Set OMP_WAIT_POLICY yourself to override.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+# OMP_WAIT_POLICY is left as torch leaves it (`timing.wait_policy`): the peers at their default.
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -41,6 +38,7 @@ import tilegraph  # noqa: E402
 from tilegraph.backends import reference  # noqa: E402
 from tilegraph.frontends.dsl import parse_file  # noqa: E402
 from tilegraph.frontends.fx import from_module  # noqa: E402
+from timing import wait_policy  # noqa: E402
 from torch_models import BasicBlock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,7 +257,7 @@ def write_table(rows: list[dict], path: Path, command: str) -> None:
         "",
         f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"threads per row as in the table (torch.set_num_threads, shared by torch and tilegraph), "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}.",
+        f"{wait_policy()}.",
         "Median time per call, all three interleaved in one process; ratio = tilegraph time / other time "
         "(below 1: tilegraph faster). RSS growth = resident-set high-water during one warm call above the "
         "resident set before it (MiB; 0 when the allocator reuses freed blocks, as all three do here). "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import interleaved  # noqa: E402
+from timing import interleaved, wait_policy  # noqa: E402
 from triton_gpu import ieee_f32, short_error  # noqa: E402  (TF32 off for a yardstick; a failed row's note)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dynamo_gpu.md"
@@ -174,9 +174,8 @@ def openmp_facts(torch) -> str:
         maps = []
     runtimes = sorted({name for name in (line.split()[-1].rsplit("/", 1)[-1] for line in maps)
                        if re.match(r"lib[gi]?omp[-.]", name)})
-    policy = os.environ.get("OMP_WAIT_POLICY", "unset")
     return (f"threads: torch {torch.get_num_threads()}, CPUs {len(os.sched_getaffinity(0))} of {os.cpu_count()}; "
-            f"OpenMP {', '.join(runtimes) or 'none found'}; OMP_WAIT_POLICY {policy}")
+            f"OpenMP {', '.join(runtimes) or 'none found'}; {wait_policy()}")
 
 
 def run_row(spec: RowSpec) -> Row:

@@ -28,14 +28,13 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # as benchmarks/cpu.py: idle OpenMP threads sleep
-
 import torch  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
 
 import tilegraph.frontends.fx  # noqa: E402,F401  (registers the backend)
 from tilegraph.frontends.fx import TilegraphFallbackWarning  # noqa: E402
 from tilegraph.frontends.fx.dynamo import tilegraph_backend  # noqa: E402
+from timing import wait_policy  # noqa: E402
 from zoo_models import MODELS, ZooModel, by_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,7 +224,7 @@ def table(rows: list[Row], command: str, wall_s: float, load: tuple[float, float
         "",
         f"Command: `{command}` ({wall_s / 60:.1f} min). Machine: {platform.machine()}, {os.cpu_count()} cores "
         f"(shared), torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"{torch.get_num_threads()} torch threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; "
+        f"{torch.get_num_threads()} torch threads, {wait_policy()}; "
         f"load average (1 min) {load[0]:.1f} at the start, {load[1]:.1f} at the end. Code: {code_state()}.",
         "",
         "Small configs (2 layers, hidden 64, 16 tokens with a padded second row; 32x32 or 64x64 images), random "

@@ -2,6 +2,7 @@
 falls on each alike."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -21,3 +22,17 @@ def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int, per_roun
                 sync()
             times[name].append((time.perf_counter() - start) / per_round)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+# as libgomp read it when torch loaded it, before this process imported us: tilegraph's C++ runtime sets a default
+# in os.environ when it loads its first library, which a runtime loaded already never reads
+_POLICY_AT_START = os.environ.get("OMP_WAIT_POLICY")
+
+
+def wait_policy() -> str:
+    """The OpenMP wait policy in force, for a table's header. The benchmarks leave it as torch leaves it (unset:
+    libgomp's workers spin a while, then sleep), the peers' default: `passive` wakes sleeping workers at every
+    parallel region, which cost Inductor, one region per kernel, up to 4x at 2 threads here and tilegraph little."""
+    policy = _POLICY_AT_START
+    return f"OMP_WAIT_POLICY={policy} (set by the caller)" if policy else \
+        "OMP_WAIT_POLICY unset (libgomp's default: spin a while, then sleep)"

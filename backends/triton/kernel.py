@@ -179,7 +179,8 @@ class KernelEmitter(DotMixin, AttentionMixin):
                 if plan is not None:
                     itemsize = self.domain.nodes[i].inputs[plan.args[0]].type.dtype.itemsize
                     k_lanes = numel(plan.ks)
-                    fits = k_lanes <= MIN_DOT or k_lanes <= (self.fma_k(plan) if self.on_fma(i, plan) else TENSOR_K) and \
+                    k_limit = self.fma_k(plan) if self.on_fma(i, plan) else TENSOR_K
+                    fits = k_lanes <= MIN_DOT or k_lanes <= k_limit and \
                         (numel(plan.ms) + numel(plan.ns)) * numel(plan.bs) * k_lanes * itemsize <= DOT_STAGE_BYTES
                     chunkable = plan.ks
                 else:
