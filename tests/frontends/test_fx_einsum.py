@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="the PyTorch frontend needs the opti
 
 from tilegraph.backends.reference import run  # noqa: E402
 from tilegraph.frontends.fx import UnsupportedOpsError, from_module  # noqa: E402
-from tilegraph.frontends.fx.convert import convert_graph_module  # noqa: E402
+from fx_captures import dynamo_graph  # noqa: E402
 from tilegraph.frontends.fx.ops_einsum import parse_equation  # noqa: E402
 from tilegraph.ir.verifier import verify  # noqa: E402
 
@@ -24,20 +24,6 @@ class Einsum(torch.nn.Module):
 
     def forward(self, *xs):
         return torch.einsum(self.equation, *xs)
-
-
-def dynamo_graph(model, inputs):
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(convert_graph_module(gm, example_inputs).graph)
-        return gm
-
-    torch._dynamo.reset()
-    torch.compile(model, backend=backend, fullgraph=True)(*inputs)
-    torch._dynamo.reset()
-    (graph,) = graphs
-    return graph
 
 
 def check(equation: str, *shapes, capture: str = "trace"):

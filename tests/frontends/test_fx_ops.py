@@ -15,7 +15,7 @@ F = torch.nn.functional
 
 from tilegraph.backends.reference import run  # noqa: E402
 from tilegraph.frontends.fx import UnsupportedOpsError, from_exported_program, from_module  # noqa: E402
-from tilegraph.frontends.fx.convert import convert_graph_module  # noqa: E402
+from fx_captures import dynamo_graph  # noqa: E402
 from tilegraph.ir.verifier import verify  # noqa: E402
 
 CAPTURES = ["trace", "dynamo", "export"]
@@ -37,20 +37,6 @@ def module(fn, arity: int, **buffers) -> nn.Module:
     namespace = {}
     exec(f"def forward(self, {names}):\n    return self.fn(self, {names})\n", namespace)
     return type(f"Fn{arity}", (Fn,), {"forward": namespace["forward"]})(fn, **buffers)
-
-
-def dynamo_graph(model, inputs):
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(convert_graph_module(gm, example_inputs).graph)
-        return gm
-
-    torch._dynamo.reset()
-    torch.compile(model, backend=backend, fullgraph=True)(*inputs)
-    torch._dynamo.reset()
-    assert len(graphs) == 1
-    return graphs[0]
 
 
 def convert(model, inputs, capture):
