@@ -241,6 +241,8 @@ MODELS: list[ZooModel] = [
         vocab_size=VOCAB, d_model=64, n_layer=2, n_head=4, d_inner=128, pad_token_id=0)))),
     ZooModel("Funnel", "encoder", _text("FunnelModel", ("FunnelConfig", dict(  # einsum, pooled blocks
         vocab_size=VOCAB, d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1], pad_token_id=0)))),
+    ZooModel("ConvBERT", "encoder", _text("ConvBertModel", ("ConvBertConfig", _with(  # F.unfold spans
+        ENCODER, embedding_size=64)))),
     ZooModel("T5 encoder", "encoder-decoder", _t5_encoder, fast=True),
     ZooModel("BART encoder", "encoder-decoder", _bart_encoder),
     # vision

@@ -932,6 +932,27 @@ def aten_upsample(cx, x, *args, **kwargs):
     return resample_values(cx, x, lambda probe: target(probe, *args, **kwargs))
 
 
+# ----- sliding windows -------------------------------------------------------------------------------
+@converts(F.unfold, A("im2col"))
+def unfold(cx, x, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: each window's C x kh x kw values as one column of [N, C * kh * kw, L], by one strided slice of the
+    zero-padded input per kernel offset (ConvBERT's span-based dynamic convolution takes 9 x 1 windows)."""
+    x = _batched(cx, cx.value(x), 4)
+    (kh, kw), (dh, dw) = _pair(kernel_size, "kernel_size"), _pair(dilation, "dilation")
+    (ph, pw), (sh, sw) = _pair(padding, "padding"), _pair(stride, "stride")
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    x = pad(cx, x, (pw, pw, ph, ph))
+    columns = []
+    for i in range(kh):
+        for j in range(kw):
+            window = slice_axis(cx, x, 2, i * dh, i * dh + sh * (oh - 1) + 1, sh)
+            window = slice_axis(cx, window, 3, j * dw, j * dw + sw * (ow - 1) + 1, sw)
+            columns.append(cx.reshape(window, (n, c, 1, oh * ow)))
+    y = columns[0] if len(columns) == 1 else cx.b.concat(*columns, axis=2)  # [N, C, kh * kw, L]
+    return cx.reshape(y, cx.out_shape)
+
+
 # ----- attention ------------------------------------------------------------------------------------
 def _repeat_heads(cx, x: Value, heads: int) -> Value:
     """[..., Hk, S, D] -> [..., Hk * r, S, D], each head repeated r times (grouped-query attention)."""

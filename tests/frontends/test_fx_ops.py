@@ -437,6 +437,21 @@ def test_interpolate_1d_and_upsample_module_and_export():
     check(lambda s, x: F.interpolate(x, size=(5, 3), mode="bilinear"), torch.randn(1, 2, 4, 6), capture="export")
 
 
+UNFOLD = {  # name: (input shape, F.unfold keyword arguments)
+    "3x3 padded": ((2, 3, 5, 6), dict(kernel_size=3, padding=1)),
+    "strided, dilated, uneven": ((1, 2, 7, 6), dict(kernel_size=(2, 3), dilation=(2, 1), padding=(1, 0), stride=(2, 1))),
+    "convbert 9x1": ((2, 4, 12, 1), dict(kernel_size=(9, 1), padding=(4, 0))),
+    "unbatched": ((3, 4, 4), dict(kernel_size=2, stride=2)),
+}
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+@pytest.mark.parametrize("case", sorted(UNFOLD))
+def test_unfold_gives_torch_columns(case, capture):
+    shape, kwargs = UNFOLD[case]
+    check(lambda s, x: F.unfold(x, **kwargs), torch.randn(*shape), capture=capture)
+
+
 @pytest.mark.parametrize("capture", CAPTURES)
 def test_group_norm(capture):
     norm = nn.GroupNorm(2, 6)
