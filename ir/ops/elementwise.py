@@ -170,8 +170,8 @@ def _constant_normalize(in_types, attrs):
         if value not in (0, 1, True, False):
             raise ValueError(f"value {value!r} is not a bool")
         attrs["value"] = bool(value)
-    else:
-        if float(value) != int(value):
+    else:  # integers compared exactly: float(2**63 - 1) rounds up, and read as inexact (torch's int64 max fill)
+        if not isinstance(value, (int, np.integer)) and not float(value).is_integer():
             raise ValueError(f"value {value!r} is not an integer for {dtype}")
         attrs["value"] = int(value)
     return attrs

@@ -305,6 +305,15 @@ def test_masks_computed_from_inputs(capture):
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
+def test_masked_sort_keys_filled_with_int64_max(capture):
+    """Masked entries sorted last by an int64-max fill (Mixtral's router): the constant is exact, not refused."""
+    def fn(s, x, keep):
+        return torch.sort(torch.where(keep, x, torch.iinfo(torch.int64).max), dim=-1).values
+
+    check(fn, torch.randint(0, 100, (2, 8)), torch.rand(2, 8) > 0.3, capture=capture)
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
 @pytest.mark.parametrize("diagonal", [-1, 0, 2])
 def test_tril_and_triu_masks(diagonal, capture):
     def fn(s, x):

@@ -814,3 +814,6 @@ def test_attribute_and_arity_errors():
         build("cast", "f32[2]", dtype="f8")
     with pytest.raises(ShapeError, match="constant: value 1.5 is not an integer for i32"):
         GraphBuilder().constant(1.5, DType.i32)
+    # integers are exact: int64's extremes (torch's fill for masked sort keys) stay what they are
+    for extreme in (2 ** 63 - 1, -2 ** 63, np.int64(2 ** 63 - 1)):
+        assert GraphBuilder().constant(extreme, DType.i64).producer.attrs["value"] == int(extreme)
