@@ -621,6 +621,18 @@ def transpose(cx, x, dim0, dim1):
     return cx.transpose(x, perm)
 
 
+@converts(torch.movedim, torch.moveaxis, "movedim", "moveaxis", A("movedim"), A("moveaxis"))
+def movedim(cx, x, source, destination):
+    """Dims `source` moved to `destination` (ints or sequences), the others keeping their order."""
+    x = cx.value(x)
+    rank = x.type.rank
+    source = [d % rank for d in ((source,) if isinstance(source, int) else source)]
+    destination = [d % rank for d in ((destination,) if isinstance(destination, int) else destination)]
+    rest = iter(d for d in range(rank) if d not in source)
+    placed = dict(zip(destination, source))
+    return cx.transpose(x, [placed[k] if k in placed else next(rest) for k in range(rank)])
+
+
 @converts(torch.t, "t", A("t"))
 def t(cx, x):
     x = cx.value(x)

@@ -446,6 +446,15 @@ def test_interpolate_1d_and_upsample_module_and_export():
     check(lambda s, x: F.interpolate(x, size=(5, 3), mode="bilinear"), torch.randn(1, 2, 4, 6), capture="export")
 
 
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_movedim_and_moveaxis(capture):
+    def fn(s, x):
+        return (torch.movedim(x, 0, -1), x.movedim((0, 3), (2, 0)), torch.moveaxis(x, -2, 1),
+                x.movedim([1, 2], [3, 1]))
+
+    check(fn, torch.randn(2, 3, 4, 5), capture=capture)
+
+
 UNFOLD = {  # name: (input shape, F.unfold keyword arguments)
     "3x3 padded": ((2, 3, 5, 6), dict(kernel_size=3, padding=1)),
     "strided, dilated, uneven": ((1, 2, 7, 6), dict(kernel_size=(2, 3), dilation=(2, 1), padding=(1, 0), stride=(2, 1))),
