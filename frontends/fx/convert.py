@@ -584,8 +584,8 @@ def _is_item(node: fx.Node) -> bool:
 # nothing to convert): an in-place op on it writes the input too
 _VIEWS = {"view", "view_as", "reshape", "transpose", "permute", "t", "select", "narrow", "unsqueeze", "squeeze",
           "expand", "expand_as", "flatten", "unflatten", "as_strided", "diagonal", "unbind", "split", "chunk",
-          "movedim", "swapaxes", "getitem", "__getitem__", "detach", "contiguous", "to", "type", "type_as", "float",
-          "double", "half", "bfloat16", "cpu", "cuda"}
+          "movedim", "moveaxis", "swapaxes", "swapdims", "getitem", "__getitem__", "detach", "contiguous", "to", "type",
+          "type_as", "float", "double", "half", "bfloat16", "cpu", "cuda"}
 
 
 def _view_root(node: fx.Node) -> fx.Node | None:

@@ -130,9 +130,17 @@ class WritesThroughAConversion(nn.Module):
         return x * 3
 
 
+class WritesThroughMovedAxes(nn.Module):
+    def forward(self, x):
+        x.moveaxis(0, 1).mul_(2)  # moveaxis and swapdims are views like movedim and transpose
+        torch.swapdims(x, 0, 1).add_(1)
+        return x + 1
+
+
 @pytest.mark.parametrize("model,reason", [(CountsItsCalls, "updates the module's state"),
                                           (WritesThroughAView, "in place through a view or alias of it"),
-                                          (WritesThroughAConversion, "in place through a view or alias of it")])
+                                          (WritesThroughAConversion, "in place through a view or alias of it"),
+                                          (WritesThroughMovedAxes, "in place through a view or alias of it")])
 def test_updates_in_place_that_cannot_be_written_back_run_eagerly_with_a_warning(built, model, reason):
     """Module state updated in place, and an input written through a view: eager PyTorch runs the graph, says
     why, and leaves what eager leaves (never a result computed from a stale tensor)."""
